@@ -1,0 +1,67 @@
+/*
+ * recorder.h: the recording session and the hot path that every CPU-side recorder calls.
+ *
+ * One session at a time per process.  Each thread that records gets its own buffer (tbuf.h):
+ * append-only chunks of fixed-size records plus a stack of open spans, touched only by that
+ * thread, so a begin or end takes no lock and, once the thread's first chunk and names exist,
+ * allocates nothing.  Parents come from that stack at record time.
+ *
+ * Begin/end pairs are matched by a caller-chosen key (the RecordFunction's address for ops, a
+ * token for Python-recorded spans): an end pops the innermost open span with its key; spans
+ * still open above it are closed at the same time and flagged XSP_FLAG_FORCED_END; an end
+ * whose key is not open (an op that started before the session) is counted, not recorded.
+ *
+ * Memory is capped: records live in chunks reserved against config.max_bytes; once the cap is
+ * reached, further spans are counted in "lost.cap" and the trace says so.  Nesting deeper than
+ * XSP_MAX_DEPTH is counted in "lost.depth".
+ *
+ * Stopping: xsp_session_stop() flips the global generation so that every later begin/end is a
+ * no-op, waits for any thread inside a begin/end to leave it (a per-thread busy flag, Dekker
+ * style with seq_cst, so the hot path needs no lock), then merges all buffers into one trace.
+ */
+#ifndef XSP_RECORDER_H
+#define XSP_RECORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace.h"
+
+#define XSP_MAX_DEPTH 1024          /* deepest nesting recorded per thread */
+
+typedef struct xsp_config {
+    uint64_t max_bytes;   /* cap on recording memory (records + names); 0 = default 1 GiB */
+    uint64_t pool_bytes;  /* record memory reserved at start, 0 = default min(16 MiB, cap) */
+    int      adopt_roots; /* 1: roots on other threads become children of the region span */
+} xsp_config;
+
+/* Starts a session.  Returns 0, or -1 with a message in err when a session is already active
+ * or memory for the pool cannot be had (then nothing changed).  Thread-safe against stop. */
+int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen);
+
+/* Returns 1 while a session is recording, else 0. Cannot fail. */
+int xsp_session_active(void);
+
+/* Stops the active session and merges everything recorded into *out (a new trace owned by the
+ * caller).  Spans still open are ended at the stop time with XSP_FLAG_OPEN_AT_STOP.  Returns
+ * 0, or -1 with a message in err when no session is active or merging runs out of memory (the
+ * session is stopped either way and its buffers are freed). */
+int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
+
+/* Hot path.  Begins a span on the calling thread.  name/name_len: the span's name (need not be
+ * NUL-terminated, copied on first sight); name2: an optional second string (a module's class)
+ * or NULL; key: matched by xsp_rec_end; a0, a1: kind-specific integers (ops: sequence number
+ * and RecordFunction thread id).  Never fails visibly: when not recording it does nothing;
+ * when out of memory or depth it counts the span as lost.  No lock; no allocation in steady
+ * state; safe from any thread. */
+void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
+                   const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
+
+/* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
+ * (e.g. XSP_FLAG_ELIDE) into it.  Same guarantees as xsp_rec_begin. */
+void xsp_rec_end(uint64_t key, uint32_t flags);
+
+/* Reads the session clock (clock.h), for recorders outside the core. Cannot fail. */
+uint64_t xsp_rec_now(void);
+
+#endif

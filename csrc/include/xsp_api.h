@@ -1,0 +1,30 @@
+/*
+ * xsp_api.h: the C function table that xsp._core hands to other native modules.
+ *
+ * The torch shim (xsp._torch) is a separate shared object, loaded only after torch, so it
+ * cannot link against the core's symbols (extensions are loaded RTLD_LOCAL and built with
+ * hidden visibility).  Instead xsp._core exports a PyCapsule named "xsp._core._C_API" holding
+ * one static const xsp_core_api; the shim copies the pointers it needs once at attach time.
+ * ABI rule: fields are only ever appended, and version is bumped when they are.
+ */
+#ifndef XSP_API_H
+#define XSP_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XSP_CORE_API_CAPSULE "xsp._core._C_API"
+#define XSP_CORE_API_VERSION 1
+
+typedef struct xsp_core_api {
+    uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
+    uint32_t size;         /* sizeof(xsp_core_api) of the core that filled the table */
+    /* recorder.h: xsp_rec_begin, xsp_rec_end, xsp_rec_now, xsp_session_active */
+    void (*rec_begin)(uint8_t level, uint8_t kind, const char *name, size_t name_len,
+                      const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
+    void (*rec_end)(uint64_t key, uint32_t flags);
+    uint64_t (*rec_now)(void);
+    int (*session_active)(void);
+} xsp_core_api;
+
+#endif

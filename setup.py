@@ -1,0 +1,119 @@
+"""Build script for xsp's native modules.
+
+xsp._core   C11: the span core (csrc/core), the trace file (csrc/io) and the CPython binding
+            (csrc/python/coremod.c). Needs msgpack-c, found through pkg-config.
+xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
+            against the torch installed in the build environment, so install with
+            `pip install --no-build-isolation .` after installing torch. Skipped (with a
+            warning) when torch is not importable, unless XSP_REQUIRE_TORCH=1.
+
+Environment:
+  XSP_DEV=1            warnings are errors, -O1 -g (the dev and test builds)
+  XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
+"""
+import glob
+import os
+import shlex
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEV = os.environ.get("XSP_DEV") == "1"
+
+
+def rel(pattern):
+    return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pattern)))
+
+
+def pkgconfig(names):
+    """Returns (cflags, libs) of the first pkg-config package found among names."""
+    for name in names:
+        try:
+            cflags = subprocess.check_output(["pkg-config", "--cflags", name], text=True)
+            libs = subprocess.check_output(["pkg-config", "--libs", name], text=True)
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return shlex.split(cflags), shlex.split(libs)
+    sys.exit(
+        "xsp: msgpack-c was not found through pkg-config (tried %s).\n"
+        "  Debian 12 / Ubuntu: apt-get install libmsgpack-dev pkg-config\n"
+        "  Debian 13:          apt-get install libmsgpack-c-dev pkg-config" % ", ".join(names)
+    )
+
+
+WARN = ["-Wall", "-Wextra", "-Wstrict-prototypes", "-Wshadow", "-Wno-missing-field-initializers"]
+OPT = ["-O1", "-g", "-Werror"] if DEV else ["-O2"]
+COMMON = ["-fvisibility=hidden", "-fno-strict-aliasing"]
+
+mp_cflags, mp_libs = pkgconfig(["msgpack-c", "msgpack"])
+
+core = Extension(
+    "xsp._core",
+    sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
+    + rel("csrc/python/tracedata.c"),
+    include_dirs=["csrc"],
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + mp_cflags,
+    extra_link_args=mp_libs,
+)
+
+exts = [core]
+
+
+def torch_extension():
+    try:
+        import torch  # noqa: F401
+        from torch.utils import cpp_extension
+    except Exception as exc:  # torch absent or broken: M/L need it at run time, not to build
+        if os.environ.get("XSP_REQUIRE_TORCH") == "1":
+            sys.exit("xsp: XSP_REQUIRE_TORCH=1 but torch cannot be imported: %s" % exc)
+        print("xsp: warning: torch not importable, building without xsp._torch (%s)" % exc)
+        return None
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return Extension(
+        "xsp._torch",
+        sources=rel("csrc/torch/shim.cpp") + rel("csrc/python/torchmod.c"),
+        include_dirs=["csrc"] + cpp_extension.include_paths(),
+        library_dirs=[torch_lib],
+        libraries=["c10", "torch_cpu"],
+        runtime_library_dirs=[torch_lib],
+        # setuptools passes extra_compile_args to both the C and the C++ files; the shim's
+        # language flags are added per file in BuildExt below.
+        extra_compile_args=WARN[:2] + OPT + COMMON + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % abi],
+        language="c++",
+    )
+
+
+try:
+    from setuptools.command.build_ext import build_ext
+except ImportError:  # pragma: no cover
+    from distutils.command.build_ext import build_ext
+
+
+class BuildExt(build_ext):
+    """Per-language standard flags: C files get -std=c11, C++ files -std=c++20."""
+
+    def build_extension(self, ext):
+        if ext.name == "xsp._torch":
+            orig = self.compiler._compile
+
+            def _compile(obj, src, ext_, cc_args, extra_postargs, pp_opts):
+                std = ["-std=c++20"] if src.endswith(".cpp") else ["-std=c11", "-Wstrict-prototypes"]
+                return orig(obj, src, ext_, cc_args, extra_postargs + std, pp_opts)
+
+            self.compiler._compile = _compile
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler._compile = orig
+        else:
+            super().build_extension(ext)
+
+
+t = torch_extension()
+if t is not None:
+    exts.append(t)
+
+setup(ext_modules=exts, cmdclass={"build_ext": BuildExt})
