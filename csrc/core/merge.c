@@ -1,0 +1,282 @@
+/*
+ * merge.c: turns the thread buffers of a finished session into one trace (runs at stop only).
+ *
+ * Steps, each linear in the number of records (threads are few, so the k-way merge scans the
+ * k heads):
+ *   1. per thread: close spans still open at stop; resolve parents through elided spans;
+ *      map local name ids to trace string ids;
+ *   2. k-way merge by (start, thread order, record order): global ids grow with start time,
+ *      and since a parent is recorded before its children on its thread, its global id is
+ *      known when a child is emitted;
+ *   3. attributes from the kind-specific record fields ("type", "seq", "fwd_op");
+ *   4. backward functions are linked to the forward op that created their autograd node: the
+ *      last op on the forward thread to start with the same sequence number (composite ops
+ *      that enclose it carry the number too, but start earlier);
+ *   5. roots on other threads are adopted by the region span when asked;
+ *   6. counters of everything lost, and metadata.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tbuf.h"
+
+typedef struct thread_view {
+    const xsp_tbuf *tb;   /* the buffer */
+    uint32_t count;       /* records in it */
+    uint32_t next;        /* next local index to emit */
+    uint32_t thread;      /* trace thread index */
+    uint32_t *gid;        /* local index -> global id (XSP_NONE if elided); owned */
+    uint32_t *names;      /* local name id -> trace string id; owned */
+} thread_view;
+
+/* Hash map (rf thread, seq) -> span id, open addressing. */
+typedef struct seqmap {
+    uint64_t *keys;       /* 0 = empty; else hashed key | 1 */
+    int64_t  *seq;        /* sequence numbers */
+    int64_t  *tid;        /* RecordFunction thread ids */
+    uint32_t *ids;        /* span ids */
+    uint32_t mask;        /* slots - 1 */
+} seqmap;
+
+static uint64_t seq_hash(int64_t tid, int64_t seq)
+{
+    uint64_t h = (uint64_t)seq * 0x9e3779b97f4a7c15ULL ^ (uint64_t)tid * 0xc2b2ae3d27d4eb4fULL;
+    return (h ^ (h >> 31)) | 1;
+}
+
+static int seqmap_init(seqmap *m, uint32_t n)
+{
+    uint32_t slots = 16;
+    while (slots < 2 * (uint64_t)n && slots < (1u << 31))
+        slots *= 2;
+    m->keys = calloc(slots, sizeof *m->keys);
+    m->seq = malloc(slots * sizeof *m->seq);
+    m->tid = malloc(slots * sizeof *m->tid);
+    m->ids = malloc(slots * sizeof *m->ids);
+    m->mask = slots - 1;
+    return m->keys && m->seq && m->tid && m->ids ? 0 : -1;
+}
+
+static void seqmap_free(seqmap *m)
+{
+    free(m->keys);
+    free(m->seq);
+    free(m->tid);
+    free(m->ids);
+}
+
+/* Finds the slot of (tid, seq): its own or the empty one where it belongs. */
+static uint32_t seqmap_slot(const seqmap *m, int64_t tid, int64_t seq)
+{
+    uint64_t h = seq_hash(tid, seq);
+    uint32_t j = (uint32_t)h & m->mask;
+    while (m->keys[j] && !(m->keys[j] == h && m->seq[j] == seq && m->tid[j] == tid))
+        j = (j + 1) & m->mask;
+    return j;
+}
+
+static void seqmap_put(seqmap *m, int64_t tid, int64_t seq, uint32_t id)
+{
+    uint32_t j = seqmap_slot(m, tid, seq);
+    m->keys[j] = seq_hash(tid, seq);
+    m->seq[j] = seq;
+    m->tid[j] = tid;
+    m->ids[j] = id;
+}
+
+static uint32_t seqmap_get(const seqmap *m, int64_t tid, int64_t seq)
+{
+    uint32_t j = seqmap_slot(m, tid, seq);
+    return m->keys[j] ? m->ids[j] : XSP_NONE;
+}
+
+/* Step 1 for one thread. Returns 0 or -1 on allocation failure. */
+static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop_ns)
+{
+    const xsp_tbuf *tb = v->tb;
+    for (uint32_t d = 0; d < tb->depth; d++) {
+        xsp_rec *r = tb->stack[d].rec;
+        if (r) {
+            r->end_ns = stop_ns;
+            r->flags |= XSP_FLAG_OPEN_AT_STOP;
+        }
+    }
+    v->names = malloc((tb->names.n ? tb->names.n : 1) * sizeof *v->names);
+    v->gid = malloc((v->count ? v->count : 1) * sizeof *v->gid);
+    if (!v->names || !v->gid)
+        return -1;
+    for (uint32_t i = 0; i < tb->names.n; i++) {
+        size_t len;
+        const char *s = xsp_strtab_get(&tb->names, i, &len);
+        v->names[i] = xsp_strtab_intern(&t->strings, s, len);
+        if (v->names[i] == UINT32_MAX)
+            return -1;
+    }
+    /* Parents through elided spans: parents precede children, so one forward pass works. */
+    for (uint32_t i = 0; i < v->count; i++) {
+        xsp_rec *r = xsp_tbuf_rec(tb, i);
+        uint32_t p = r->parent;
+        if (p != XSP_NONE && (xsp_tbuf_rec(tb, p)->flags & XSP_FLAG_ELIDE))
+            r->parent = xsp_tbuf_rec(tb, p)->parent;
+    }
+    return 0;
+}
+
+static const char *const INT_KEYS[] = {"seq", "fwd_op"};
+
+/* Steps 3-4 for one record now emitted as span id. Returns 0 or -1. */
+static int add_attrs(xsp_trace *t, xsp_span *s, const xsp_rec *r, const thread_view *v,
+                     seqmap *fwd, const uint32_t *keys)
+{
+    xsp_attr a;
+    s->attr_off = t->n_attrs;
+    s->attr_n = 0;
+    if (r->name2) {
+        a = (xsp_attr){.key = keys[2], .type = XSP_ATTR_STR, .v.s = v->names[r->name2]};
+        if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
+            return -1;
+        s->attr_n++;
+    }
+    if ((r->kind == XSP_KIND_OP || r->kind == XSP_KIND_BACKWARD) && r->a0 >= 0) {
+        a = (xsp_attr){.key = keys[0], .type = XSP_ATTR_INT, .v.i = r->a0};
+        if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
+            return -1;
+        s->attr_n++;
+        if (r->kind == XSP_KIND_OP) {
+            seqmap_put(fwd, r->a1, r->a0, t->n_spans);
+        } else {
+            uint32_t f = seqmap_get(fwd, r->a1, r->a0);
+            if (f != XSP_NONE) {
+                a = (xsp_attr){.key = keys[1], .type = XSP_ATTR_INT, .v.i = f};
+                if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
+                    return -1;
+                s->attr_n++;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Step 2: picks the thread whose next record starts first; -1 when all are done. */
+static int pick(const thread_view *v, uint32_t n)
+{
+    int best = -1;
+    uint64_t best_t = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (v[i].next >= v[i].count)
+            continue;
+        uint64_t st = xsp_tbuf_rec(v[i].tb, v[i].next)->start_ns;
+        if (best < 0 || st < best_t) {
+            best = (int)i;
+            best_t = st;
+        }
+    }
+    return best;
+}
+
+static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const uint32_t *keys)
+{
+    for (int k; (k = pick(v, n)) >= 0;) {
+        thread_view *tv = &v[k];
+        uint32_t i = tv->next++;
+        const xsp_rec *r = xsp_tbuf_rec(tv->tb, i);
+        if (r->flags & XSP_FLAG_ELIDE) {
+            tv->gid[i] = XSP_NONE;
+            continue;
+        }
+        xsp_span s = {
+            .start_ns = r->start_ns,
+            .end_ns = r->end_ns < r->start_ns ? r->start_ns : r->end_ns,
+            .parent = r->parent == XSP_NONE ? XSP_NO_PARENT : tv->gid[r->parent],
+            .name = tv->names[r->name],
+            .thread = tv->thread,
+            .level = r->level,
+            .kind = r->kind,
+            .flags = r->flags & ~(uint32_t)XSP_FLAG_ELIDE,
+        };
+        if (add_attrs(t, &s, r, tv, fwd, keys) != 0)
+            return -1;
+        tv->gid[i] = xsp_trace_add_span(t, &s);
+        if (tv->gid[i] == UINT32_MAX)
+            return -1;
+    }
+    return 0;
+}
+
+/* Step 5. */
+static void adopt_roots(xsp_trace *t)
+{
+    uint32_t region = XSP_NO_PARENT;
+    for (uint32_t i = 0; i < t->n_spans && region == XSP_NO_PARENT; i++)
+        if (t->spans[i].kind == XSP_KIND_REGION)
+            region = i;
+    if (region == XSP_NO_PARENT)
+        return;
+    const xsp_span *rs = &t->spans[region];
+    for (uint32_t i = region + 1; i < t->n_spans; i++) {
+        xsp_span *s = &t->spans[i];
+        if (s->parent == XSP_NO_PARENT && s->thread != rs->thread && s->start_ns <= rs->end_ns)
+            s->parent = region;
+    }
+}
+
+static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
+{
+    int64_t cap = 0, depth = 0, unmatched = 0, forced = 0, open = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cap += (int64_t)bufs[i]->lost_cap;
+        depth += (int64_t)bufs[i]->lost_depth;
+        unmatched += (int64_t)bufs[i]->unmatched;
+        forced += (int64_t)bufs[i]->forced;
+        open += bufs[i]->depth;
+    }
+    return xsp_trace_add_counter(t, "lost.cap", cap) | xsp_trace_add_counter(t, "lost.depth", depth)
+           | xsp_trace_add_counter(t, "unmatched_end", unmatched)
+           | xsp_trace_add_counter(t, "forced_end", forced)
+           | xsp_trace_add_counter(t, "open_at_stop", open);
+}
+
+xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start_ns, uint64_t stop_ns,
+                     int adopt)
+{
+    xsp_trace *t = xsp_trace_new();
+    thread_view *v = calloc(n ? n : 1, sizeof *v);
+    seqmap fwd = {0};
+    uint64_t total = 0;
+    int ok = t && v;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        v[i].tb = bufs[i];
+        v[i].count = xsp_tbuf_count(bufs[i]);
+        v[i].thread = xsp_trace_add_thread(t, bufs[i]->tid, NULL, 0);
+        total += v[i].count;
+        ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t, stop_ns) == 0;
+    }
+    uint32_t keys[3];
+    static const char *const type_key = "type";
+    if (ok) {
+        keys[0] = xsp_strtab_intern(&t->strings, INT_KEYS[0], strlen(INT_KEYS[0]));
+        keys[1] = xsp_strtab_intern(&t->strings, INT_KEYS[1], strlen(INT_KEYS[1]));
+        keys[2] = xsp_strtab_intern(&t->strings, type_key, strlen(type_key));
+        ok = keys[0] != UINT32_MAX && keys[1] != UINT32_MAX && keys[2] != UINT32_MAX
+             && total < UINT32_MAX && seqmap_init(&fwd, (uint32_t)total) == 0;
+    }
+    ok = ok && emit_all(t, v, n, &fwd, keys) == 0;
+    if (ok && adopt)
+        adopt_roots(t);
+    ok = ok && add_counters(t, bufs, n) == 0;
+    ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)start_ns) == 0
+         && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)stop_ns) == 0
+         && xsp_trace_set_meta_int(t, "pid", (int64_t)getpid()) == 0;
+    for (uint32_t i = 0; v && i < n; i++) {
+        free(v[i].gid);
+        free(v[i].names);
+    }
+    free(v);
+    seqmap_free(&fwd);
+    if (!ok) {
+        xsp_trace_free(t);
+        return NULL;
+    }
+    return t;
+}

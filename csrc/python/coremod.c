@@ -1,0 +1,303 @@
+/*
+ * coremod.c: the CPython module xsp._core, a thin binding over the C core.
+ *
+ * Multi-phase initialisation, module state (tracedata.h) instead of globals, public API only.
+ * What Python calls here is the cold path (start, stop, load) plus begin/end for the spans
+ * Python records itself (regions, steps, modules); per-op recording never passes through here:
+ * the torch shim calls the core directly through the function table exported as the capsule
+ * "xsp._core._C_API" (xsp_api.h).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+
+#include "../core/clock.h"
+#include "../core/recorder.h"
+#include "../include/xsp_api.h"
+#include "../io/tracefile.h"
+#include "tracedata.h"
+
+static const xsp_core_api core_api = {
+    .version = XSP_CORE_API_VERSION,
+    .size = sizeof(xsp_core_api),
+    .rec_begin = xsp_rec_begin,
+    .rec_end = xsp_rec_end,
+    .rec_now = xsp_rec_now,
+    .session_active = xsp_session_active,
+};
+
+/* Keys for spans begun from Python: high bit set, so they never equal an object address. */
+static _Atomic uint64_t next_key = 0;
+
+static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"max_bytes", "pool_bytes", "adopt_roots", NULL};
+    unsigned long long max_bytes = 0, pool_bytes = 0;
+    int adopt = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKp:start", kwlist, &max_bytes, &pool_bytes,
+                                     &adopt))
+        return NULL;
+    xsp_config cfg = {.max_bytes = max_bytes, .pool_bytes = pool_bytes, .adopt_roots = adopt};
+    char err[256];
+    if (xsp_session_start(&cfg, err, sizeof err) != 0)
+        return PyErr_Format(PyExc_RuntimeError, "xsp: %s", err);
+    (void)mod;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_stop(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    xsp_core_state *st = PyModule_GetState(mod);
+    xsp_trace *t;
+    char err[256];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_session_stop(&t, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return PyErr_Format(PyExc_RuntimeError, "xsp: %s", err);
+    return xsp_tracedata_wrap(st->tracedata_type, t);
+}
+
+static PyObject *core_active(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    (void)mod;
+    return PyBool_FromLong(xsp_session_active());
+}
+
+/* begin(level, kind, name, name2=None) -> key */
+static PyObject *core_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs < 3 || nargs > 4)
+        return PyErr_Format(PyExc_TypeError, "begin(level, kind, name, name2=None) takes 3 or 4 "
+                            "arguments (%zd given)", nargs);
+    long level = PyLong_AsLong(args[0]), kind = PyLong_AsLong(args[1]);
+    if ((level == -1 || kind == -1) && PyErr_Occurred())
+        return NULL;
+    if (level < 0 || level >= XSP_NLEVELS || kind < 0 || kind >= XSP_NKINDS)
+        return PyErr_Format(PyExc_ValueError, "bad level %ld or kind %ld", level, kind);
+    Py_ssize_t len, len2 = 0;
+    const char *name = PyUnicode_AsUTF8AndSize(args[2], &len), *name2 = NULL;
+    if (!name)
+        return NULL;
+    if (nargs == 4 && args[3] != Py_None && !(name2 = PyUnicode_AsUTF8AndSize(args[3], &len2)))
+        return NULL;
+    uint64_t key = (1ull << 63) | atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed);
+    xsp_rec_begin((uint8_t)level, (uint8_t)kind, name, (size_t)len, name2, (size_t)len2, key, -1,
+                  0);
+    return PyLong_FromUnsignedLongLong(key);
+}
+
+/* end(key, flags=0) */
+static PyObject *core_end(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "end(key, flags=0) takes 1 or 2 arguments");
+    unsigned long long key = PyLong_AsUnsignedLongLong(args[0]);
+    if (key == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long flags = nargs == 2 ? PyLong_AsUnsignedLong(args[1]) : 0;
+    if (flags == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    xsp_rec_end(key, (uint32_t)flags);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_now(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    (void)mod;
+    return PyLong_FromUnsignedLongLong(xsp_clock_now());
+}
+
+static PyObject *core_set_fake_clock(PyObject *mod, PyObject *args)
+{
+    unsigned long long start, step;
+    if (!PyArg_ParseTuple(args, "KK:set_fake_clock", &start, &step))
+        return NULL;
+    (void)mod;
+    xsp_clock_set_fake(start, step);
+    Py_RETURN_NONE;
+}
+
+/* Raises TraceFormatError(msg) with .path and .offset, or OSError / MemoryError. */
+static PyObject *load_error(xsp_core_state *st, PyObject *path, int kind, uint64_t offset,
+                            const char *msg)
+{
+    if (kind == XSP_LOAD_IO)
+        return PyErr_Format(PyExc_OSError, "%s", msg);
+    if (kind == XSP_LOAD_NOMEM)
+        return PyErr_NoMemory();
+    PyObject *text = path ? PyUnicode_FromFormat("%S: %s (at byte %llu)", path, msg,
+                                                 (unsigned long long)offset)
+                          : PyUnicode_FromFormat("%s (at byte %llu)", msg,
+                                                 (unsigned long long)offset);
+    PyObject *exc = text ? PyObject_CallOneArg(st->format_error, text) : NULL;
+    Py_XDECREF(text);
+    if (!exc)
+        return NULL;
+    PyObject *off = PyLong_FromUnsignedLongLong(offset);
+    if (!off || PyObject_SetAttrString(exc, "offset", off) < 0
+        || PyObject_SetAttrString(exc, "path", path ? path : Py_None) < 0) {
+        Py_XDECREF(off);
+        Py_DECREF(exc);
+        return NULL;
+    }
+    Py_DECREF(off);
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *core_load(PyObject *mod, PyObject *arg)
+{
+    xsp_core_state *st = PyModule_GetState(mod);
+    PyObject *bytes;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    char err[512];
+    int kind = 0;
+    uint64_t off = 0;
+    xsp_trace *t;
+    Py_BEGIN_ALLOW_THREADS
+    t = xsp_trace_load(PyBytes_AS_STRING(bytes), &kind, &off, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (!t) {
+        PyObject *p = PyOS_FSPath(arg);
+        PyObject *r = p ? load_error(st, p, kind, off, err) : NULL;
+        Py_XDECREF(p);
+        return r;
+    }
+    return xsp_tracedata_wrap(st->tracedata_type, t);
+}
+
+static PyObject *core_loads(PyObject *mod, PyObject *arg)
+{
+    xsp_core_state *st = PyModule_GetState(mod);
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    char err[512];
+    int kind = 0;
+    uint64_t off = 0;
+    xsp_trace *t = xsp_trace_parse(view.buf, (size_t)view.len, &kind, &off, err, sizeof err);
+    PyBuffer_Release(&view);
+    if (!t)
+        return load_error(st, NULL, kind, off, err);
+    return xsp_tracedata_wrap(st->tracedata_type, t);
+}
+
+static PyMethodDef core_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
+     "start(max_bytes=0, pool_bytes=0, adopt_roots=True): begin recording."},
+    {"stop", core_stop, METH_NOARGS, "stop() -> TraceData: stop recording and merge."},
+    {"active", core_active, METH_NOARGS, "active() -> bool"},
+    {"begin", (PyCFunction)(void (*)(void))core_begin, METH_FASTCALL,
+     "begin(level, kind, name, name2=None) -> key"},
+    {"end", (PyCFunction)(void (*)(void))core_end, METH_FASTCALL, "end(key, flags=0)"},
+    {"now", core_now, METH_NOARGS, "now() -> int: the session clock in ns."},
+    {"set_fake_clock", core_set_fake_clock, METH_VARARGS,
+     "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
+    {"load", core_load, METH_O, "load(path) -> TraceData"},
+    {"loads", core_loads, METH_O, "loads(bytes) -> TraceData"},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_names(PyObject *m, const char *attr, const char *(*fn)(unsigned), unsigned n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (unsigned i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(fn(i));
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    int rc = t ? PyModule_AddObjectRef(m, attr, t) : -1;
+    Py_XDECREF(t);
+    return rc;
+}
+
+static int core_exec(PyObject *m)
+{
+    xsp_core_state *st = PyModule_GetState(m);
+    st->tracedata_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &xsp_tracedata_spec, NULL);
+    if (!st->tracedata_type || PyModule_AddType(m, st->tracedata_type) < 0)
+        return -1;
+    st->format_error = PyErr_NewExceptionWithDoc(
+        "xsp._core.TraceFormatError",
+        "A trace file is truncated, corrupt or not an xsp trace; .offset is the byte offset.",
+        PyExc_ValueError, NULL);
+    if (!st->format_error || PyModule_AddObjectRef(m, "TraceFormatError", st->format_error) < 0)
+        return -1;
+    PyObject *cap = PyCapsule_New((void *)&core_api, XSP_CORE_API_CAPSULE, NULL);
+    int rc = cap ? PyModule_AddObjectRef(m, "_C_API", cap) : -1;
+    Py_XDECREF(cap);
+    if (rc < 0)
+        return -1;
+    if (add_names(m, "KINDS", xsp_kind_name, XSP_NKINDS) < 0
+        || add_names(m, "LEVELS", xsp_level_name, XSP_NLEVELS) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "FLAG_OPEN_AT_STOP", XSP_FLAG_OPEN_AT_STOP) < 0
+        || PyModule_AddIntConstant(m, "FLAG_FORCED_END", XSP_FLAG_FORCED_END) < 0
+        || PyModule_AddIntConstant(m, "FLAG_ELIDE", XSP_FLAG_ELIDE) < 0
+        || PyModule_AddIntConstant(m, "MAX_DEPTH", XSP_MAX_DEPTH) < 0
+        || PyModule_AddIntConstant(m, "FILE_VERSION", XSP_FILE_VERSION) < 0)
+        return -1;
+    return 0;
+}
+
+static int core_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    xsp_core_state *st = PyModule_GetState(m);
+    Py_VISIT(st->tracedata_type);
+    Py_VISIT(st->format_error);
+    return 0;
+}
+
+static int core_clear(PyObject *m)
+{
+    xsp_core_state *st = PyModule_GetState(m);
+    Py_CLEAR(st->tracedata_type);
+    Py_CLEAR(st->format_error);
+    return 0;
+}
+
+static void core_free(void *m)
+{
+    core_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* The recorder is process-global state: one interpreter at a time. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    /* Module state is only written at exec; the core synchronises itself. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "xsp._core",
+    .m_doc = "xsp's C core: recording sessions, merged traces and the trace file.",
+    .m_size = sizeof(xsp_core_state),
+    .m_methods = core_methods,
+    .m_slots = core_slots,
+    .m_traverse = core_traverse,
+    .m_clear = core_clear,
+    .m_free = core_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
+}

@@ -1,0 +1,311 @@
+/*
+ * tracedata.c: the TraceData type (see tracedata.h).
+ *
+ * Columns leave as bytes in native byte order (one copy from the C array of structs); the
+ * Python side views them with numpy.frombuffer.  Strings are decoded as UTF-8 with
+ * surrogateescape, so any byte string survives a round trip.
+ */
+#include "tracedata.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "../io/tracefile.h"
+
+PyObject *xsp_tracedata_wrap(PyTypeObject *tp, xsp_trace *t)
+{
+    xsp_TraceDataObject *self = PyObject_GC_New(xsp_TraceDataObject, tp);
+    if (!self) {
+        xsp_trace_free(t);
+        return NULL;
+    }
+    self->trace = t;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static void td_dealloc(xsp_TraceDataObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    xsp_trace_free(self->trace);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int td_traverse(xsp_TraceDataObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static Py_ssize_t td_len(xsp_TraceDataObject *self)
+{
+    return (Py_ssize_t)self->trace->n_spans;
+}
+
+static PyObject *str_of(const xsp_trace *t, uint32_t id)
+{
+    size_t len;
+    const char *s = xsp_strtab_get(&t->strings, id, &len);
+    if (!s)
+        return PyUnicode_FromString("");
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "surrogateescape");
+}
+
+/* Copies field (size bytes at offset off) of n structs of the given stride into new bytes. */
+static PyObject *column(const void *base, size_t stride, size_t off, size_t size, uint32_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * (Py_ssize_t)size);
+    if (!b)
+        return NULL;
+    char *d = PyBytes_AS_STRING(b);
+    const char *src = (const char *)base + off;
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(d + (size_t)i * size, src + (size_t)i * stride, size);
+    return b;
+}
+
+#define COLUMN(arr, n, T, f) column((arr), sizeof(T), offsetof(T, f), sizeof(((T *)0)->f), (n))
+
+/* Sets d[key] = value, stealing value. Returns 0 or -1. */
+static int put(PyObject *d, const char *key, PyObject *value)
+{
+    if (!value)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *td_columns(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    const xsp_trace *t = self->trace;
+    const xsp_span *s = t->spans;
+    uint32_t n = t->n_spans;
+    PyObject *d = PyDict_New();
+    if (!d || put(d, "start_ns", COLUMN(s, n, xsp_span, start_ns))
+        || put(d, "end_ns", COLUMN(s, n, xsp_span, end_ns))
+        || put(d, "parent", COLUMN(s, n, xsp_span, parent))
+        || put(d, "name", COLUMN(s, n, xsp_span, name))
+        || put(d, "thread", COLUMN(s, n, xsp_span, thread))
+        || put(d, "attr_off", COLUMN(s, n, xsp_span, attr_off))
+        || put(d, "attr_n", COLUMN(s, n, xsp_span, attr_n))
+        || put(d, "level", COLUMN(s, n, xsp_span, level))
+        || put(d, "kind", COLUMN(s, n, xsp_span, kind))
+        || put(d, "flags", COLUMN(s, n, xsp_span, flags))) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* The attribute columns: key (u32), type (u8), value (8 bytes: int64, float64 or u32 id). */
+static PyObject *td_attrs(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    const xsp_trace *t = self->trace;
+    uint32_t n = t->n_attrs;
+    PyObject *d = PyDict_New();
+    if (!d || put(d, "key", COLUMN(t->attrs, n, xsp_attr, key))
+        || put(d, "type", COLUMN(t->attrs, n, xsp_attr, type))
+        || put(d, "int", COLUMN(t->attrs, n, xsp_attr, v.i))
+        || put(d, "float", COLUMN(t->attrs, n, xsp_attr, v.f))
+        || put(d, "str", COLUMN(t->attrs, n, xsp_attr, v.s))) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *td_strings(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    const xsp_trace *t = self->trace;
+    PyObject *l = PyList_New(t->strings.n);
+    for (uint32_t i = 0; l && i < t->strings.n; i++) {
+        PyObject *s = str_of(t, i);
+        if (!s) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, s);
+    }
+    return l;
+}
+
+static PyObject *td_threads(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    const xsp_trace *t = self->trace;
+    PyObject *l = PyList_New(t->n_threads);
+    for (uint32_t i = 0; l && i < t->n_threads; i++) {
+        PyObject *name = str_of(t, t->threads[i].name);
+        PyObject *tup = name ? Py_BuildValue("(KNI)", (unsigned long long)t->threads[i].tid, name,
+                                             (unsigned)t->threads[i].kind)
+                             : NULL;
+        if (!tup) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, tup);
+    }
+    return l;
+}
+
+static PyObject *value_of(const xsp_trace *t, const xsp_attr *a)
+{
+    switch (a->type) {
+    case XSP_ATTR_INT:
+        return PyLong_FromLongLong(a->v.i);
+    case XSP_ATTR_FLOAT:
+        return PyFloat_FromDouble(a->v.f);
+    default:
+        return str_of(t, a->v.s);
+    }
+}
+
+static PyObject *kv_dict(const xsp_trace *t, const xsp_attr *a, uint32_t n)
+{
+    PyObject *d = PyDict_New();
+    for (uint32_t i = 0; d && i < n; i++) {
+        PyObject *k = str_of(t, a[i].key), *v = k ? value_of(t, &a[i]) : NULL;
+        if (!v || PyDict_SetItem(d, k, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *td_meta(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return kv_dict(self->trace, self->trace->meta, self->trace->n_meta);
+}
+
+static PyObject *td_counters(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return kv_dict(self->trace, self->trace->counters, self->trace->n_counters);
+}
+
+static PyObject *td_set_meta(xsp_TraceDataObject *self, PyObject *args)
+{
+    const char *key;
+    PyObject *value;
+    if (!PyArg_ParseTuple(args, "sO:set_meta", &key, &value))
+        return NULL;
+    int rc;
+    if (PyBool_Check(value) || PyLong_Check(value)) {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        rc = xsp_trace_set_meta_int(self->trace, key, v);
+    } else if (PyFloat_Check(value)) {
+        rc = xsp_trace_set_meta_float(self->trace, key, PyFloat_AS_DOUBLE(value));
+    } else if (PyUnicode_Check(value)) {
+        const char *s = PyUnicode_AsUTF8(value);
+        if (!s)
+            return NULL;
+        rc = xsp_trace_set_meta_str(self->trace, key, s);
+    } else {
+        return PyErr_Format(PyExc_TypeError, "meta value for %s must be int, float or str, not %s",
+                            key, Py_TYPE(value)->tp_name);
+    }
+    if (rc != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *td_set_thread_name(xsp_TraceDataObject *self, PyObject *args)
+{
+    unsigned long long tid;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Ks:set_thread_name", &tid, &name))
+        return NULL;
+    xsp_trace *t = self->trace;
+    for (uint32_t i = 0; i < t->n_threads; i++) {
+        if (t->threads[i].tid == tid && t->threads[i].kind == 0) {
+            uint32_t sid = xsp_strtab_intern(&t->strings, name, strlen(name));
+            if (sid == UINT32_MAX)
+                return PyErr_NoMemory();
+            t->threads[i].name = sid;
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *td_save(xsp_TraceDataObject *self, PyObject *arg)
+{
+    PyObject *bytes;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    char err[512];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_trace_save(self->trace, PyBytes_AS_STRING(bytes), err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (rc != 0)
+        return PyErr_Format(PyExc_OSError, "%s", err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *td_dumps(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    char *buf;
+    size_t len;
+    char err[256];
+    if (xsp_trace_dump(self->trace, &buf, &len, err, sizeof err) != 0)
+        return PyErr_NoMemory();
+    PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return b;
+}
+
+static PyObject *td_equal(xsp_TraceDataObject *self, PyObject *other)
+{
+    if (Py_TYPE(other) != Py_TYPE(self))
+        return PyErr_Format(PyExc_TypeError, "equal() needs a TraceData, not %s",
+                            Py_TYPE(other)->tp_name);
+    return PyBool_FromLong(xsp_trace_equal(self->trace, ((xsp_TraceDataObject *)other)->trace));
+}
+
+static PyObject *td_check(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
+{
+    char err[256];
+    if (xsp_trace_check(self->trace, err, sizeof err) != 0)
+        return PyUnicode_FromString(err);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef td_methods[] = {
+    {"columns", (PyCFunction)td_columns, METH_NOARGS, "Span columns as a dict of bytes."},
+    {"attrs", (PyCFunction)td_attrs, METH_NOARGS, "Attribute columns as a dict of bytes."},
+    {"strings", (PyCFunction)td_strings, METH_NOARGS, "The string table, a list of str."},
+    {"threads", (PyCFunction)td_threads, METH_NOARGS, "Tracks: a list of (tid, name, kind)."},
+    {"meta", (PyCFunction)td_meta, METH_NOARGS, "Metadata dict."},
+    {"counters", (PyCFunction)td_counters, METH_NOARGS, "Lost/dropped counters dict."},
+    {"set_meta", (PyCFunction)td_set_meta, METH_VARARGS, "set_meta(key, int|float|str)"},
+    {"set_thread_name", (PyCFunction)td_set_thread_name, METH_VARARGS,
+     "set_thread_name(tid, name) -> bool (False when no such CPU thread)"},
+    {"save", (PyCFunction)td_save, METH_O, "save(path): write the .xsp file."},
+    {"dumps", (PyCFunction)td_dumps, METH_NOARGS, "The .xsp file's bytes."},
+    {"equal", (PyCFunction)td_equal, METH_O, "equal(other) -> bool"},
+    {"check", (PyCFunction)td_check, METH_NOARGS, "None if the invariants hold, else a message."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot td_slots[] = {
+    {Py_tp_dealloc, td_dealloc},
+    {Py_tp_traverse, td_traverse},
+    {Py_tp_methods, td_methods},
+    {Py_sq_length, td_len},
+    {Py_tp_doc, "A merged trace owned by the C core (see xsp.Trace for the public API)."},
+    {0, NULL},
+};
+
+PyType_Spec xsp_tracedata_spec = {
+    .name = "xsp._core.TraceData",
+    .basicsize = sizeof(xsp_TraceDataObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = td_slots,
+};
