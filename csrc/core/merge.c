@@ -113,6 +113,17 @@ static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop_ns)
         if (v->names[i] == UINT32_MAX)
             return -1;
     }
+    /* Which records have children, to elide the empty ones that asked for it. */
+    for (uint32_t i = 0; i < v->count; i++) {
+        xsp_rec *r = xsp_tbuf_rec(tb, i);
+        if (r->parent != XSP_NONE)
+            xsp_tbuf_rec(tb, r->parent)->flags |= XSP_REC_HAS_CHILD;
+    }
+    for (uint32_t i = 0; i < v->count; i++) {
+        xsp_rec *r = xsp_tbuf_rec(tb, i);
+        if ((r->flags & (XSP_FLAG_ELIDE_IF_EMPTY | XSP_REC_HAS_CHILD)) == XSP_FLAG_ELIDE_IF_EMPTY)
+            r->flags |= XSP_FLAG_ELIDE;
+    }
     /* Parents through elided spans: parents precede children, so one forward pass works. */
     for (uint32_t i = 0; i < v->count; i++) {
         xsp_rec *r = xsp_tbuf_rec(tb, i);
@@ -193,7 +204,7 @@ static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const
             .thread = tv->thread,
             .level = r->level,
             .kind = r->kind,
-            .flags = r->flags & ~(uint32_t)XSP_FLAG_ELIDE,
+            .flags = r->flags & (XSP_FLAG_OPEN_AT_STOP | XSP_FLAG_FORCED_END),
         };
         if (add_attrs(t, &s, r, tv, fwd, keys) != 0)
             return -1;

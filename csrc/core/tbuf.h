@@ -22,6 +22,7 @@
 
 #define XSP_CHUNK_RECS 4096u
 #define XSP_NONE UINT32_MAX
+#define XSP_REC_HAS_CHILD 0x8000u   /* merge-time only: some record names this one as parent */
 
 typedef struct xsp_rec {
     uint64_t start_ns;  /* begin time */

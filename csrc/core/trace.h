@@ -51,7 +51,8 @@ enum xsp_kind {
 enum xsp_span_flag {
     XSP_FLAG_OPEN_AT_STOP = 1u << 0,  /* still open when recording stopped: end_ns = stop time */
     XSP_FLAG_FORCED_END = 1u << 1,    /* ended because an enclosing span ended first */
-    XSP_FLAG_ELIDE = 1u << 2          /* recording-time only: remove, re-parent its children */
+    XSP_FLAG_ELIDE = 1u << 2,         /* recording-time only: remove, re-parent its children */
+    XSP_FLAG_ELIDE_IF_EMPTY = 1u << 3 /* recording-time only: remove if it has no children */
 };
 
 /* Attribute value types.  Part of the file format. */

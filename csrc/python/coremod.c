@@ -245,6 +245,7 @@ static int core_exec(PyObject *m)
     if (PyModule_AddIntConstant(m, "FLAG_OPEN_AT_STOP", XSP_FLAG_OPEN_AT_STOP) < 0
         || PyModule_AddIntConstant(m, "FLAG_FORCED_END", XSP_FLAG_FORCED_END) < 0
         || PyModule_AddIntConstant(m, "FLAG_ELIDE", XSP_FLAG_ELIDE) < 0
+        || PyModule_AddIntConstant(m, "FLAG_ELIDE_IF_EMPTY", XSP_FLAG_ELIDE_IF_EMPTY) < 0
         || PyModule_AddIntConstant(m, "MAX_DEPTH", XSP_MAX_DEPTH) < 0
         || PyModule_AddIntConstant(m, "FILE_VERSION", XSP_FILE_VERSION) < 0)
         return -1;

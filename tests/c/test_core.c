@@ -189,15 +189,25 @@ static void test_elide(void)
     xsp_rec_end(4, 0);
     xsp_rec_end(3, 0);
     xsp_rec_end(2, XSP_FLAG_ELIDE);
+    begin(XSP_KIND_STEP, "step#1", 5);   /* empty: elided */
+    xsp_rec_end(5, XSP_FLAG_ELIDE_IF_EMPTY);
+    begin(XSP_KIND_STEP, "step#2", 6);   /* not empty: kept */
+    begin(XSP_KIND_OP, "b", 7);
+    xsp_rec_end(7, 0);
+    xsp_rec_end(6, XSP_FLAG_ELIDE_IF_EMPTY);
     xsp_rec_end(1, 0);
     xsp_trace *t = stop();
     xsp_clock_set_fake(0, 0);
     if (!t)
         return;
-    CHECK_EQ_U(t->n_spans, 3);
+    CHECK_EQ_U(t->n_spans, 5);
     CHECK(strcmp(name_of(t, 1), "Net") == 0);
     CHECK_EQ_U(t->spans[1].parent, 0);
     CHECK_EQ_U(t->spans[2].parent, 1);
+    CHECK(strcmp(name_of(t, 3), "step#2") == 0);
+    CHECK_EQ_U(t->spans[3].parent, 0);
+    CHECK_EQ_U(t->spans[3].flags, 0);
+    CHECK_EQ_U(t->spans[4].parent, 3);
     xsp_trace_free(t);
 }
 

@@ -1,0 +1,39 @@
+# xsp: the two commands a newcomer needs are `make demo` and `make test` (see README.md).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CC ?= gcc
+MSGPACK := $(shell pkg-config --exists msgpack-c 2>/dev/null && echo msgpack-c || echo msgpack)
+CFLAGS_DEV := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wstrict-prototypes -Wshadow -Werror -g -O1 \
+              -Icsrc -Itests/c
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+CORE_SRC := $(wildcard csrc/core/*.c)
+IO_SRC := $(wildcard csrc/io/*.c)
+BIN := tests/c/bin
+OUT ?= out
+
+.PHONY: setup demo test ctest pytest clean
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	$(PY) -m xsp.demo --out $(OUT)
+
+test: setup ctest pytest
+
+# C unit tests, plain and under ASan + UBSan.
+ctest:
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS_DEV) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core_san
+	$(CC) $(CFLAGS_DEV) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
+	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
+	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io_san
+	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
+
+pytest:
+	$(PY) -m pytest -q tests/py
+
+clean:
+	rm -rf build $(BIN) xsp/*.so *.egg-info

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for xsp development: system packages (msgpack-c, pkg-config, a C/C++
+# compiler), a virtual environment in .venv with the pinned CPU build of torch, and xsp built
+# in place (dev flags: warnings are errors).  Idempotent: a second run only rebuilds xsp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_PIN=${TORCH_PIN:-torch==2.13.0}
+
+have_msgpack() { pkg-config --exists msgpack-c 2>/dev/null || pkg-config --exists msgpack 2>/dev/null; }
+
+if ! command -v pkg-config >/dev/null || ! have_msgpack || ! command -v g++ >/dev/null; then
+    if ! command -v apt-get >/dev/null; then
+        echo "setup: need msgpack-c (pkg-config msgpack or msgpack-c), pkg-config and g++" >&2
+        exit 1
+    fi
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    # Debian 12 / Ubuntu ship msgpack-c 4 as libmsgpack-dev; Debian 13 ships msgpack-c 6 as
+    # libmsgpack-c-dev.  Take whichever this release has.
+    if apt-cache show libmsgpack-c-dev >/dev/null 2>&1; then MP=libmsgpack-c-dev; else MP=libmsgpack-dev; fi
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config g++ "$MP" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+"$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+# torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
+"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "pytest>=7"
+XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+"$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"

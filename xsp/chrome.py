@@ -1,0 +1,54 @@
+"""Chrome trace event JSON export (chrome://tracing, Perfetto UI).
+
+Each span becomes a complete event ("ph": "X") on its thread's track.  Timestamps are in
+microseconds, written with exactly three decimals from integer nanoseconds (no float
+rounding), relative to the earliest span, so a child never appears to start before or end
+after its parent and the viewers nest them as recorded.
+"""
+import json
+import os
+
+
+from .trace import KINDS, LEVELS
+
+
+def _us(ns):
+    return "%d.%03d" % divmod(int(ns), 1000)
+
+
+def write(trace, path):
+    """Writes trace to path as Chrome trace JSON. Raises OSError on failure."""
+    pid = int(trace.meta.get("pid", os.getpid()))
+    t0 = int(trace.start_ns.min()) if len(trace) else 0
+    parents = trace.parent_ids
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write('{"displayTimeUnit":"ns","otherData":')
+        f.write(json.dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
+        f.write(',"traceEvents":[\n')
+        f.write(json.dumps({"ph": "M", "name": "process_name", "pid": pid,
+                            "args": {"name": "xsp: %s" % trace.meta.get("region", "trace")}}))
+        for tid, name, _kind in trace.threads:
+            f.write(",\n")
+            f.write(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                "args": {"name": name or "thread %d" % tid}}))
+        names = [json.dumps(s) for s in trace.strings]
+        cats = [json.dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
+        tids = [t[0] for t in trace.threads]
+        start, end = trace.start_ns, trace.end_ns
+        name, kind, level, thread = trace._name, trace._kind, trace._level, trace._thread
+        has_attrs = trace._attr_n > 0
+        for i in range(len(trace)):
+            args = trace._attrs(i) if has_attrs[i] else {}
+            args["id"] = i
+            if parents[i] >= 0:
+                args["parent"] = int(parents[i])
+            f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
+                    '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]], pid,
+                                    tids[thread[i]], _us(start[i] - t0),
+                                    _us(end[i] - start[i]), json.dumps(args)))
+        f.write("\n]}\n")
+    os.replace(tmp, path)
+
+
+__all__ = ["write"]

@@ -1,0 +1,9 @@
+"""xsp's exception classes (TraceFormatError comes from the C core: xsp._core)."""
+
+
+class ProfilerError(RuntimeError):
+    """A profiling session cannot start or stop as asked (e.g. one is already active)."""
+
+
+class LevelUnavailableError(ProfilerError):
+    """A requested level cannot be recorded in this build or on this machine."""

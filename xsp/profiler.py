@@ -1,0 +1,290 @@
+"""The profiling session: `xsp.profile`, a context manager that records one merged trace.
+
+Recording sources, all feeding the C core's per-thread buffers (no Python per op):
+  - M: the region span (the `with` block), step spans (`prof.step()`), and one model span per
+    top-level model call (a module forward not inside another module's forward), recorded by
+    global nn.Module forward hooks;
+  - L: a module span per nested nn.Module forward (qualified names such as layer1.0.conv1, with
+    the class as attribute "type"), recorded by the same hooks, and the ops, autograd backward
+    functions and record_function scopes that the torch shim (xsp._torch) records from global
+    RecordFunction callbacks straight into the core.
+
+Ordering is what keeps the tree right: the region begins before any hook or callback is
+installed and ends after all are removed, so everything recorded on the profiling thread nests
+under it; roots on other threads are adopted by the region at stop.
+"""
+import sys
+import threading
+import traceback
+import weakref
+
+from . import _core
+from .errors import ProfilerError
+from .levels import parse_levels
+from .trace import Trace
+
+LEVEL_M, LEVEL_L = 0, 1
+KIND = {name: i for i, name in enumerate(_core.KINDS)}
+
+_active_lock = threading.Lock()
+_active = None   # the profile currently recording, protected by _active_lock
+
+
+def _caller():
+    """file:line of the user code that started a profile, for error messages."""
+    for frame in reversed(traceback.extract_stack()[:-3]):
+        if not frame.filename.startswith(__file__.rsplit("/", 1)[0]):
+            return "%s:%s" % (frame.filename, frame.lineno)
+    return "?"
+
+
+class _ModuleHooks:
+    """Global nn.Module forward hooks that record model and module spans.
+
+    Each thread keeps its own stack of open module calls; the bottom of the stack is a model
+    call, whose qualified-name map (id(submodule) -> 'layer1.0.conv1') names the modules
+    called inside it.
+    """
+
+    def __init__(self, torch, record_model, record_modules):
+        self._torch = torch
+        self._record_model = record_model
+        self._record_modules = record_modules
+        self._tls = threading.local()
+        self._names = {}            # id(root) -> (weakref(root), {id(module): qualname})
+        self._handles = []
+        self.errors = 0             # exceptions caught inside hooks (reported as a counter)
+        self.thread_names = {}      # native thread id -> Python thread name
+
+    def install(self):
+        mod = self._torch.nn.modules.module
+        self._handles.append(mod.register_module_forward_pre_hook(self._pre))
+        self._handles.append(mod.register_module_forward_hook(self._post, always_call=True))
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _qualnames(self, root):
+        entry = self._names.get(id(root))
+        if entry is None or entry[0]() is not root:
+            try:
+                ref = weakref.ref(root)
+            except TypeError:
+                ref = lambda: root  # noqa: E731
+            entry = (ref, {id(m): n for n, m in root.named_modules(remove_duplicate=False)})
+            self._names[id(root)] = entry
+        return entry[1]
+
+    def _pre(self, module, args):
+        try:
+            stack = getattr(self._tls, "stack", None)
+            if stack is None:
+                stack = self._tls.stack = []
+                self.thread_names[threading.get_native_id()] = threading.current_thread().name
+            cls = type(module).__name__
+            if not stack:
+                names = self._qualnames(module)
+                if self._record_model:
+                    key = _core.begin(LEVEL_M, KIND["model"], cls, cls)
+                elif self._record_modules:
+                    key = _core.begin(LEVEL_L, KIND["module"], cls, cls)
+                else:
+                    key = None
+            else:
+                names = stack[0][1]
+                key = None
+                if self._record_modules:
+                    name = names.get(id(module))
+                    if name is None:
+                        names = self._qualnames(stack[0][2])
+                        name = names.get(id(module)) or cls
+                    key = _core.begin(LEVEL_L, KIND["module"], name, cls)
+            stack.append((key, names, module if not stack else stack[0][2]))
+        except Exception:
+            self.errors += 1
+
+    def _post(self, module, args, output):
+        try:
+            stack = self._tls.stack
+            key = stack.pop()[0]
+            if key is not None:
+                _core.end(key)
+        except Exception:
+            self.errors += 1
+
+    def depth(self):
+        """Open module calls on the calling thread."""
+        return len(getattr(self._tls, "stack", ()))
+
+
+class profile:
+    """Records one merged trace of the code run inside the `with` block.
+
+        with xsp.profile(levels="ML") as prof:
+            loss = model(x).sum(); loss.backward()
+            prof.step()            # optional: marks the end of an iteration
+        trace = prof.trace         # an xsp.Trace
+
+    levels: letters M, L (G is not available yet), any order and case.
+    name: the region span's name.
+    max_memory: cap in bytes on recording memory; spans past it are counted in the trace's
+        counters ("lost.cap"), never a crash.
+    Only one profile records at a time; starting a second raises ProfilerError.
+    """
+
+    def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30):
+        self.levels = parse_levels(levels)
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string")
+        if not isinstance(max_memory, int) or max_memory < 1 << 16:
+            raise ValueError("max_memory must be an int of at least 65536 bytes, not %r"
+                             % (max_memory,))
+        self.name = name
+        self.max_memory = max_memory
+        self.trace = None
+        self._hooks = None
+        self._shim = None
+        self._region = None
+        self._step = None
+        self._steps = 0
+        self._where = None
+
+    # -- starting and stopping ---------------------------------------------------------------
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.stop()
+        return False
+
+    def start(self):
+        """Starts recording (what `with` does on entry)."""
+        global _active
+        if self.trace is not None:
+            raise ProfilerError("this xsp.profile has already run; create a new one")
+        torch = None
+        if "L" in self.levels:
+            torch = _import_torch()
+        elif "torch" in sys.modules:
+            torch = sys.modules["torch"]
+        shim = _load_shim(torch) if "L" in self.levels else None
+        with _active_lock:
+            if _active is not None:
+                raise ProfilerError(
+                    "another xsp.profile is already recording (started at %s); xsp records one "
+                    "session at a time: stop it before starting this one" % _active._where)
+            self._where = _caller()
+            _core.start(max_bytes=self.max_memory, adopt_roots=True)
+            _active = self
+        try:
+            if "M" in self.levels:
+                self._region = _core.begin(LEVEL_M, KIND["region"], self.name)
+                self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
+            if torch is not None:
+                self._hooks = _ModuleHooks(torch, "M" in self.levels, "L" in self.levels)
+                self._hooks.thread_names[threading.get_native_id()] = \
+                    threading.current_thread().name
+                self._hooks.install()
+            if shim is not None:
+                shim.attach()
+                self._shim = shim
+        except BaseException:
+            self._teardown()
+            raise
+
+    def step(self):
+        """Marks the end of one iteration: closes the current step span and opens the next.
+
+        Steps are M-level spans "step#0", "step#1", ... under the region; the step open at stop
+        is kept only if something was recorded in it.  Call it between model calls, not inside
+        one (ProfilerError).  Without M in the levels it does nothing.
+        """
+        if self.trace is not None or _active is not self:
+            raise ProfilerError("step() needs a running xsp.profile")
+        if self._step is None:
+            return
+        if self._hooks is not None and self._hooks.depth():
+            raise ProfilerError("step() was called inside a model call; call it between "
+                                "iterations")
+        _core.end(self._step)
+        self._steps += 1
+        self._step = _core.begin(LEVEL_M, KIND["step"], "step#%d" % self._steps)
+
+    def stop(self):
+        """Stops recording and builds `self.trace` (what `with` does on exit)."""
+        if _active is not self:
+            if self.trace is not None:
+                return self.trace
+            raise ProfilerError("this xsp.profile is not recording")
+        self._teardown()
+        return self.trace
+
+    def _teardown(self):
+        """Removes every callback and hook, ends M spans, stops the core, keeps the trace."""
+        global _active
+        try:
+            if self._shim is not None:
+                self._shim.detach()
+            if self._hooks is not None:
+                self._hooks.remove()
+            if self._step is not None:
+                flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
+                _core.end(self._step, flag)
+            if self._region is not None:
+                _core.end(self._region)
+        finally:
+            data = _core.stop()
+            with _active_lock:
+                _active = None
+        data.set_meta("levels", self.levels)
+        data.set_meta("region", self.name)
+        data.set_meta("steps", self._steps + (1 if self._steps else 0))
+        if self._hooks is not None:
+            data.set_meta("hook_errors", self._hooks.errors)
+        names = dict(self._hooks.thread_names) if self._hooks is not None else {}
+        names.setdefault(threading.get_native_id(), threading.current_thread().name)
+        for t in threading.enumerate():
+            if t.native_id is not None:
+                names.setdefault(t.native_id, t.name)
+        for tid, name in names.items():
+            data.set_thread_name(tid, name)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            data.set_meta("torch_version", str(torch.__version__))
+        from . import __version__
+        data.set_meta("xsp_version", __version__)
+        self.trace = Trace(data)
+
+    def __repr__(self):
+        state = "recording" if _active is self else ("done" if self.trace is not None else "new")
+        return "<xsp.profile levels=%s %s>" % (self.levels, state)
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise ProfilerError("level L records PyTorch modules and ops, but torch cannot be "
+                            "imported: %s" % exc) from exc
+    return torch
+
+
+def _load_shim(torch):
+    """Imports xsp._torch (after torch) and checks it was built for this torch."""
+    try:
+        from . import _torch
+    except ImportError as exc:
+        raise ProfilerError(
+            "xsp was installed without its torch shim (xsp._torch), so it cannot record level L "
+            "(%s); reinstall xsp after torch with `pip install --no-build-isolation .`" % exc
+        ) from exc
+    built = getattr(_torch, "torch_version", None)
+    running = str(torch.__version__).split("+")[0]
+    if built is not None and built.split("+")[0] != running:
+        raise ProfilerError(
+            "xsp._torch was built against torch %s but torch %s is running; rebuild xsp with "
+            "`pip install --no-build-isolation .`" % (built, running))
+    return _torch

@@ -1,0 +1,394 @@
+"""The merged trace: `xsp.Trace` and `xsp.Span`, views over columns owned by the C core.
+
+A Trace holds numpy columns (one entry per span, the span's id being its index, ids growing
+with start time) and builds Span objects only when asked.  Derived data (children, exclusive
+times, depths) is computed once, vectorised, on first use.
+
+Exclusive ("self") time of a span = its duration minus the durations of its children on the
+same track (thread); children on other tracks (another thread's work adopted by the region,
+or GPU work) ran concurrently and are not subtracted.
+"""
+import numpy as np
+
+from . import _core
+
+KINDS = _core.KINDS
+LEVELS = _core.LEVELS
+NO_PARENT = 0xFFFFFFFF
+
+
+def load(path):
+    """Reads a trace written by Trace.save. Raises xsp.TraceFormatError (with .offset) for a
+    truncated, corrupt or foreign file, OSError when it cannot be read."""
+    return Trace(_core.load(path))
+
+
+def _fmt_ns(ns):
+    ns = float(ns)
+    if ns >= 1e9:
+        return "%.3f s" % (ns / 1e9)
+    if ns >= 1e6:
+        return "%.3f ms" % (ns / 1e6)
+    if ns >= 1e3:
+        return "%.3f us" % (ns / 1e3)
+    return "%d ns" % ns
+
+
+class Trace:
+    """One merged, hierarchical trace: model -> modules -> ops (and later GPU work).
+
+    len(trace), iteration (Span objects in id order, i.e. by start time), trace[i],
+    trace.roots(), trace.tree(), trace.to_pandas(), trace.save(path),
+    trace.to_chrome_trace(path); trace.meta and trace.counters are dicts (counters say what was
+    lost: "lost.cap", "lost.depth", "unmatched_end", ...).
+    """
+
+    def __init__(self, data):
+        self._data = data
+        c = data.columns()
+        self.start_ns = np.frombuffer(c["start_ns"], dtype=np.uint64).astype(np.int64)
+        self.end_ns = np.frombuffer(c["end_ns"], dtype=np.uint64).astype(np.int64)
+        self._parent = np.frombuffer(c["parent"], dtype=np.uint32)
+        self._name = np.frombuffer(c["name"], dtype=np.uint32)
+        self._thread = np.frombuffer(c["thread"], dtype=np.uint32)
+        self._attr_off = np.frombuffer(c["attr_off"], dtype=np.uint32)
+        self._attr_n = np.frombuffer(c["attr_n"], dtype=np.uint16)
+        self._level = np.frombuffer(c["level"], dtype=np.uint8)
+        self._kind = np.frombuffer(c["kind"], dtype=np.uint8)
+        self._flags = np.frombuffer(c["flags"], dtype=np.uint32)
+        a = data.attrs()
+        self._akey = np.frombuffer(a["key"], dtype=np.uint32)
+        self._atype = np.frombuffer(a["type"], dtype=np.uint32)
+        self._aint = np.frombuffer(a["int"], dtype=np.int64)
+        self._afloat = np.frombuffer(a["float"], dtype=np.float64)
+        self._astr = np.frombuffer(a["str"], dtype=np.uint32)
+        self.strings = data.strings()
+        self.threads = data.threads()
+        self.meta = data.meta()
+        self.counters = data.counters()
+        self._children = None
+        self._self_ns = None
+        self._depth = None
+
+    # -- columns -------------------------------------------------------------------------
+    @property
+    def duration_ns(self):
+        """Inclusive durations, an int64 array indexed by span id."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def parent_ids(self):
+        """Parent ids, an int64 array with -1 for roots."""
+        p = self._parent.astype(np.int64)
+        p[self._parent == NO_PARENT] = -1
+        return p
+
+    @property
+    def self_ns(self):
+        """Exclusive durations (see the module docstring), an int64 array."""
+        if self._self_ns is None:
+            dur = self.duration_ns
+            p = self.parent_ids
+            has = p >= 0
+            same = np.zeros(len(self), dtype=bool)
+            same[has] = self._thread[has] == self._thread[p[has]]
+            child_sum = np.zeros(len(self), dtype=np.int64)
+            np.add.at(child_sum, p[same], dur[same])
+            self._self_ns = dur - child_sum
+        return self._self_ns
+
+    @property
+    def depth(self):
+        """Depth of each span (roots 0), an int32 array."""
+        if self._depth is None:
+            p = self.parent_ids
+            d = np.zeros(len(self), dtype=np.int32)
+            for i in range(len(self)):        # parents precede children
+                if p[i] >= 0:
+                    d[i] = d[p[i]] + 1
+            self._depth = d
+        return self._depth
+
+    def _child_index(self):
+        if self._children is None:
+            p = self.parent_ids
+            ids = np.nonzero(p >= 0)[0]
+            order = ids[np.argsort(p[ids], kind="stable")]
+            counts = np.bincount(p[ids], minlength=len(self)) if len(ids) else \
+                np.zeros(len(self), dtype=np.int64)
+            offs = np.zeros(len(self) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offs[1:])
+            self._children = (offs, order)
+        return self._children
+
+    def children_of(self, i):
+        """Ids of span i's children, in start order."""
+        offs, order = self._child_index()
+        return order[offs[i]:offs[i + 1]]
+
+    # -- spans ---------------------------------------------------------------------------
+    def __len__(self):
+        return len(self.start_ns)
+
+    def __getitem__(self, i):
+        n = len(self)
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError("trace indices are span ids (int), not %s" % type(i).__name__)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("span id %d out of range (trace has %d spans)" % (i, n))
+        return Span(self, int(i))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield Span(self, i)
+
+    def roots(self):
+        """Spans without a parent, in start order."""
+        return [Span(self, int(i)) for i in np.nonzero(self._parent == NO_PARENT)[0]]
+
+    def spans(self, kind=None, level=None, name=None):
+        """Spans filtered by kind ('op', 'module', ...), level ('M', 'L', 'G') and exact name."""
+        mask = np.ones(len(self), dtype=bool)
+        if kind is not None:
+            if kind not in KINDS:
+                raise ValueError("unknown kind %r; kinds are %s" % (kind, ", ".join(KINDS)))
+            mask &= self._kind == KINDS.index(kind)
+        if level is not None:
+            if level not in LEVELS:
+                raise ValueError("unknown level %r; levels are M, L, G" % (level,))
+            mask &= self._level == LEVELS.index(level)
+        if name is not None:
+            try:
+                sid = self.strings.index(name)
+            except ValueError:
+                return []
+            mask &= self._name == sid
+        return [Span(self, int(i)) for i in np.nonzero(mask)[0]]
+
+    def _attrs(self, i):
+        off, n = int(self._attr_off[i]), int(self._attr_n[i])
+        out = {}
+        for j in range(off, off + n):
+            t = self._atype[j]
+            if t == 0:
+                v = int(self._aint[j])
+            elif t == 1:
+                v = float(self._afloat[j])
+            else:
+                v = self.strings[self._astr[j]]
+            out[self.strings[self._akey[j]]] = v
+        return out
+
+    @property
+    def lost(self):
+        """Total spans lost (memory cap and nesting depth); details in `counters`."""
+        return int(self.counters.get("lost.cap", 0) + self.counters.get("lost.depth", 0))
+
+    # -- equality, files -------------------------------------------------------------------
+    def __eq__(self, other):
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return self._data.equal(other._data)
+
+    __hash__ = None
+
+    def save(self, path):
+        """Writes the compact .xsp file (msgpack; docs/format.md). Raises OSError on failure."""
+        self._data.save(str(path) if not isinstance(path, (str, bytes)) else path)
+
+    def to_bytes(self):
+        """The .xsp file's bytes."""
+        return self._data.dumps()
+
+    @classmethod
+    def from_bytes(cls, data):
+        """Parses .xsp bytes; raises xsp.TraceFormatError as load() does."""
+        return cls(_core.loads(data))
+
+    # -- views -------------------------------------------------------------------------------
+    def __repr__(self):
+        n = len(self)
+        span = _fmt_ns(self.end_ns.max() - self.start_ns.min()) if n else "0 ns"
+        per = ", ".join("%s %d" % (lv, int((self._level == k).sum()))
+                        for k, lv in enumerate(LEVELS) if (self._level == k).any())
+        return "<xsp.Trace %d spans (%s), %d threads, %s, lost %d>" % (
+            n, per or "none", len(self.threads), span, self.lost)
+
+    def tree(self, max_depth=None, min_duration_ns=0, max_children=None):
+        """A readable text tree: one line per span with kind, duration and self time.
+
+        max_depth: deepest level shown (roots are depth 0); min_duration_ns: hide shorter
+        spans; max_children: show at most this many children per span (the rest summarised).
+        """
+        lines = []
+        dur = self.duration_ns
+        selft = self.self_ns
+
+        def label(i):
+            s = "%s [%s" % (self.strings[self._name[i]], KINDS[self._kind[i]])
+            typ = self._attrs(i).get("type") if self._attr_n[i] else None
+            if typ and typ != self.strings[self._name[i]]:
+                s += " " + typ
+            s += "] %s" % _fmt_ns(dur[i])
+            if selft[i] != dur[i]:
+                s += " (self %s)" % _fmt_ns(selft[i])
+            if self._flags[i]:
+                s += " {%s}" % ",".join(f for b, f in ((1, "open at stop"), (2, "forced end"))
+                                        if self._flags[i] & b)
+            return s
+
+        def walk(i, prefix, last, depth):
+            conn = "" if depth == 0 else ("└─ " if last else "├─ ")
+            lines.append(prefix + conn + label(i))
+            if max_depth is not None and depth >= max_depth:
+                return
+            kids = [int(k) for k in self.children_of(i) if dur[k] >= min_duration_ns]
+            shown = kids if max_children is None else kids[:max_children]
+            sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+            for j, k in enumerate(shown):
+                walk(k, sub, j == len(shown) - 1 and len(shown) == len(kids), depth + 1)
+            if len(shown) < len(kids):
+                rest = kids[len(shown):]
+                lines.append(sub + "└─ … %d more (%s)" % (len(rest), _fmt_ns(dur[rest].sum())))
+
+        for r in np.nonzero(self._parent == NO_PARENT)[0]:
+            if dur[r] >= min_duration_ns:
+                walk(int(r), "", True, 0)
+        if self.lost or self.counters.get("unmatched_end"):
+            lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
+        return "\n".join(lines)
+
+    def to_pandas(self):
+        """One row per span: id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
+        duration_ns, self_ns, thread (OS id), depth, module (qualified name of the nearest
+        enclosing module or model span, the span itself included), flags, then one column per
+        attribute key (type, seq, fwd_op, ...; None where a span lacks it)."""
+        import pandas as pd
+
+        n = len(self)
+        names = np.array(self.strings, dtype=object)
+        tids = np.array([t[0] for t in self.threads], dtype=np.int64)
+        p = self.parent_ids
+        kinds = self._kind
+        mod_kinds = (KINDS.index("module"), KINDS.index("model"))
+        module = np.empty(n, dtype=object)
+        for i in range(n):
+            if kinds[i] in mod_kinds:
+                module[i] = names[self._name[i]]
+            elif p[i] >= 0:
+                module[i] = module[p[i]]
+        df = pd.DataFrame({
+            "id": np.arange(n, dtype=np.int64),
+            "parent": p,
+            "level": np.array(LEVELS, dtype=object)[self._level] if n else [],
+            "kind": np.array(KINDS, dtype=object)[kinds] if n else [],
+            "name": names[self._name] if n else [],
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "duration_ns": self.duration_ns,
+            "self_ns": self.self_ns,
+            "thread": tids[self._thread] if n else np.zeros(0, dtype=np.int64),
+            "depth": self.depth,
+            "module": module,
+            "flags": self._flags.astype(np.int64),
+        })
+        if len(self._akey):
+            owner = np.repeat(np.arange(n), self._attr_n.astype(np.int64))
+            for k in np.unique(self._akey):
+                col = np.full(n, None, dtype=object)
+                sel = np.nonzero(self._akey == k)[0]
+                for j in sel:
+                    t = self._atype[j]
+                    col[owner[j]] = (int(self._aint[j]) if t == 0 else
+                                     float(self._afloat[j]) if t == 1 else
+                                     self.strings[self._astr[j]])
+                df[self.strings[k]] = col
+        return df
+
+    def top(self, n=10, kind="module", leaf_only=True):
+        """The n names of the given kind with the most total time, as a DataFrame with columns
+        name, type, calls, total_ns, mean_ns, self_ns, share (of the profiled time).
+        leaf_only keeps spans with no child of the same kind (for modules: the layers)."""
+        df = self.to_pandas()
+        sel = df[df["kind"] == kind]
+        if leaf_only and len(sel):
+            kid = df["kind"].to_numpy() == kind
+            has_same_kind_child = np.zeros(len(df), dtype=bool)
+            par = df["parent"].to_numpy()
+            has_same_kind_child[par[kid & (par >= 0)]] = True
+            sel = sel[~has_same_kind_child[sel["id"].to_numpy()]]
+        total = float(self.duration_ns[self._parent == NO_PARENT].max()) if len(self) else 0.0
+        if "type" not in sel:
+            sel = sel.assign(type=None)
+        g = sel.groupby("name", sort=False).agg(
+            type=("type", "first"), calls=("id", "size"), total_ns=("duration_ns", "sum"),
+            self_ns=("self_ns", "sum"))
+        g["mean_ns"] = g["total_ns"] // g["calls"]
+        g["share"] = g["total_ns"] / total if total else 0.0
+        g = g.sort_values("total_ns", ascending=False).head(n).reset_index()
+        return g[["name", "type", "calls", "total_ns", "mean_ns", "self_ns", "share"]]
+
+    def to_chrome_trace(self, path):
+        """Writes Chrome trace event JSON (chrome://tracing, Perfetto UI): one track per thread,
+        complete ("X") events with ns-exact microsecond timestamps relative to the first span,
+        so nesting is kept; span id, parent and attributes go into args."""
+        from . import chrome
+        chrome.write(self, path)
+
+
+class Span:
+    """One span of a Trace: id, parent, level, kind, name, start_ns, end_ns, thread, attrs,
+    duration_ns (inclusive), self_ns (exclusive), children, parent_span."""
+
+    __slots__ = ("_t", "id")
+
+    def __init__(self, trace, i):
+        self._t = trace
+        self.id = i
+
+    parent = property(lambda s: None if s._t._parent[s.id] == NO_PARENT
+                      else int(s._t._parent[s.id]), doc="Parent span id, None for a root.")
+    level = property(lambda s: LEVELS[s._t._level[s.id]], doc="'M', 'L' or 'G'.")
+    kind = property(lambda s: KINDS[s._t._kind[s.id]], doc="'region', 'model', 'op', ...")
+    name = property(lambda s: s._t.strings[s._t._name[s.id]])
+    start_ns = property(lambda s: int(s._t.start_ns[s.id]))
+    end_ns = property(lambda s: int(s._t.end_ns[s.id]))
+    duration_ns = property(lambda s: int(s._t.end_ns[s.id] - s._t.start_ns[s.id]))
+    self_ns = property(lambda s: int(s._t.self_ns[s.id]))
+    thread = property(lambda s: int(s._t.threads[s._t._thread[s.id]][0]),
+                      doc="OS thread id of the thread that recorded the span.")
+    thread_name = property(lambda s: s._t.threads[s._t._thread[s.id]][1])
+    flags = property(lambda s: int(s._t._flags[s.id]))
+    attrs = property(lambda s: s._t._attrs(s.id), doc="Attributes: type, seq, fwd_op, ...")
+
+    @property
+    def children(self):
+        return [Span(self._t, int(k)) for k in self._t.children_of(self.id)]
+
+    @property
+    def parent_span(self):
+        p = self.parent
+        return None if p is None else Span(self._t, p)
+
+    def ancestors(self):
+        """Parent, grandparent, ... up to the root."""
+        out, p = [], self.parent_span
+        while p is not None:
+            out.append(p)
+            p = p.parent_span
+        return out
+
+    def __eq__(self, other):
+        return isinstance(other, Span) and other._t is self._t and other.id == self.id
+
+    def __hash__(self):
+        return hash((id(self._t), self.id))
+
+    def __repr__(self):
+        return "<Span #%d %s %s %r %s>" % (self.id, self.level, self.kind, self.name,
+                                           _fmt_ns(self.duration_ns))
+
+
+__all__ = ["Trace", "Span", "load"]
