@@ -216,11 +216,13 @@ class Trace:
         return "<xsp.Trace %d spans (%s), %d threads, %s, lost %d>" % (
             n, per or "none", len(self.threads), span, self.lost)
 
-    def tree(self, max_depth=None, min_duration_ns=0, max_children=None):
+    def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None):
         """A readable text tree: one line per span with kind, duration and self time.
 
-        max_depth: deepest level shown (roots are depth 0); min_duration_ns: hide shorter
-        spans; max_children: show at most this many children per span (the rest summarised).
+        max_depth: deepest level shown (the top line is depth 0); min_duration_ns: hide
+        shorter spans; max_children: show at most this many children per span (the rest
+        summarised in one line); root: a span or span id to print the subtree of (default:
+        every root).
         """
         lines = []
         dur = self.duration_ns
@@ -253,9 +255,12 @@ class Trace:
                 rest = kids[len(shown):]
                 lines.append(sub + "└─ … %d more (%s)" % (len(rest), _fmt_ns(dur[rest].sum())))
 
-        for r in np.nonzero(self._parent == NO_PARENT)[0]:
-            if dur[r] >= min_duration_ns:
-                walk(int(r), "", True, 0)
+        if root is not None:
+            walk(self[int(getattr(root, "id", root))].id, "", True, 0)
+        else:
+            for r in np.nonzero(self._parent == NO_PARENT)[0]:
+                if dur[r] >= min_duration_ns:
+                    walk(int(r), "", True, 0)
         if self.lost or self.counters.get("unmatched_end"):
             lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
         return "\n".join(lines)
@@ -263,7 +268,8 @@ class Trace:
     def to_pandas(self):
         """One row per span: id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
         duration_ns, self_ns, thread (OS id), depth, module (qualified name of the nearest
-        enclosing module or model span, the span itself included), flags, then one column per
+        enclosing module or model span, the span itself included; for a backward function and
+        what runs inside it, the module of the forward op it differentiates), flags, then one column per
         attribute key (type, seq, fwd_op, ...; None where a span lacks it)."""
         import pandas as pd
 
@@ -274,9 +280,15 @@ class Trace:
         kinds = self._kind
         mod_kinds = (KINDS.index("module"), KINDS.index("model"))
         module = np.empty(n, dtype=object)
+        bwd = KINDS.index("backward")
+        fwd_key = self.strings.index("fwd_op") if "fwd_op" in self.strings else -1
         for i in range(n):
             if kinds[i] in mod_kinds:
                 module[i] = names[self._name[i]]
+            elif kinds[i] == bwd and fwd_key >= 0 and self._attr_n[i]:
+                # a backward function belongs to the module of the forward op it differentiates
+                f = self._attrs(i).get("fwd_op")
+                module[i] = module[f] if f is not None else (module[p[i]] if p[i] >= 0 else None)
             elif p[i] >= 0:
                 module[i] = module[p[i]]
         df = pd.DataFrame({
