@@ -21,8 +21,9 @@
 enum xsp_load_error { XSP_LOAD_OK = 0, XSP_LOAD_IO = 1, XSP_LOAD_FORMAT = 2, XSP_LOAD_NOMEM = 3 };
 
 /* Serialises t into a new malloc'd buffer: *buf (owned by the caller, free()) of *len bytes.
- * Returns 0, or -1 with a message in err (errlen bytes) on allocation failure; *buf is then
- * NULL.  t is not modified. */
+ * Returns 0, or -1 with a message in err (errlen bytes) on allocation failure, when t fails
+ * xsp_trace_check (a file that could not be read back is never written), or when t exceeds
+ * a format limit (more than 613 million spans); *buf is then NULL.  t is not modified. */
 int xsp_trace_dump(const xsp_trace *t, char **buf, size_t *len, char *err, size_t errlen);
 
 /* Writes t to path (created or truncated), via a temporary file renamed into place so that a

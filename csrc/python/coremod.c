@@ -130,10 +130,8 @@ static PyObject *load_error(xsp_core_state *st, PyObject *path, int kind, uint64
         return PyErr_Format(PyExc_OSError, "%s", msg);
     if (kind == XSP_LOAD_NOMEM)
         return PyErr_NoMemory();
-    PyObject *text = path ? PyUnicode_FromFormat("%S: %s (at byte %llu)", path, msg,
-                                                 (unsigned long long)offset)
-                          : PyUnicode_FromFormat("%s (at byte %llu)", msg,
-                                                 (unsigned long long)offset);
+    /* xsp_trace_load's messages already start with the path. */
+    PyObject *text = PyUnicode_FromFormat("%s (at byte %llu)", msg, (unsigned long long)offset);
     PyObject *exc = text ? PyObject_CallOneArg(st->format_error, text) : NULL;
     Py_XDECREF(text);
     if (!exc)
