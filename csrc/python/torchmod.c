@@ -68,7 +68,30 @@ xsp_torch_py_attached(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(xsp_torch_attached());
 }
 
+static PyObject *
+xsp_torch_py_floor_attach(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    (void)module;
+    if (xsp_torch_floor_attach() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "xsp._torch: floor callback already attached or refused");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+xsp_torch_py_floor_detach(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    (void)module;
+    xsp_torch_floor_detach();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef xsp_torch_methods[] = {
+    {"floor_attach", xsp_torch_py_floor_attach, METH_NOARGS,
+     "Benchmarks only: registers a do-nothing RecordFunction callback (the floor)."},
+    {"floor_detach", xsp_torch_py_floor_detach, METH_NOARGS,
+     "Benchmarks only: removes the do-nothing callback."},
     {"attach", xsp_torch_py_attach, METH_NOARGS, attach_doc},
     {"detach", xsp_torch_py_detach, METH_NOARGS, detach_doc},
     {"attached", xsp_torch_py_attached, METH_NOARGS, attached_doc},

@@ -188,3 +188,51 @@ extern "C" const char *xsp_torch_build_version(void)
 {
     return TORCH_VERSION;
 }
+
+/*
+ * The benchmark floor: a global callback with exactly our scopes and options that does
+ * nothing, so benchmarks can measure what any RecordFunction-based profiler pays before it
+ * records anything.  Not used by profiling.
+ */
+namespace {
+
+std::unique_ptr<at::ObserverContext> floor_start(const at::RecordFunction &) noexcept
+{
+    return nullptr;
+}
+
+void floor_end(const at::RecordFunction &, at::ObserverContext *) noexcept {}
+
+at::CallbackHandle g_floor = at::INVALID_CALLBACK_HANDLE;  /* protected by g_lock */
+
+} // namespace
+
+extern "C" int xsp_torch_floor_attach(void)
+{
+    try {
+        std::lock_guard<std::mutex> guard(g_lock);
+        if (g_floor != at::INVALID_CALLBACK_HANDLE)
+            return -1;
+        g_floor = at::addGlobalCallback(
+            at::RecordFunctionCallback(floor_start, floor_end)
+                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                         at::RecordScope::USER_SCOPE})
+                .needsInputs(false)
+                .needsOutputs(false)
+                .needsIds(false));
+        return g_floor == at::INVALID_CALLBACK_HANDLE ? -1 : 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+extern "C" void xsp_torch_floor_detach(void)
+{
+    try {
+        std::lock_guard<std::mutex> guard(g_lock);
+        if (g_floor != at::INVALID_CALLBACK_HANDLE)
+            at::removeCallback(g_floor);
+        g_floor = at::INVALID_CALLBACK_HANDLE;
+    } catch (...) {
+    }
+}

@@ -44,6 +44,12 @@ void xsp_torch_detach(void);
 /* Returns 1 while attached, else 0. Cannot fail. */
 int xsp_torch_attached(void);
 
+/* Benchmarks only: registers / removes a do-nothing global callback with the same scopes and
+ * options as ours (the floor any RecordFunction-based profiler pays).  attach returns 0, or
+ * -1 when already attached or torch refused; detach accepts being called when not attached. */
+int xsp_torch_floor_attach(void);
+void xsp_torch_floor_detach(void);
+
 /* Returns the version of the torch headers the shim was compiled against, e.g. "2.13.0"
  * (TORCH_VERSION, without a local suffix such as "+cpu").  A static string; cannot fail.
  * Python compares it with torch.__version__ and refuses a shim built for another torch, since

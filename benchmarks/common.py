@@ -1,0 +1,66 @@
+"""Shared helpers of the benchmarks: interleaved rounds, medians and spread, machine info.
+
+Every benchmark measures all variants in one process and interleaves them round by round
+(variant order rotated each round), so drift of the machine (frequency, other load) hits all
+variants alike; it reports the median and the interquartile spread over rounds.
+"""
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def machine():
+    import torch
+
+    import xsp
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return ("%s, %d cores, Python %s, torch %s, xsp %s, %s" % (
+        cpu, os.cpu_count(), platform.python_version(), torch.__version__, xsp.__version__,
+        platform.platform()))
+
+
+def rounds(variants, n_rounds):
+    """Runs each variant (name -> zero-arg callable returning a dict of numbers) n_rounds
+    times, interleaved and rotated; returns name -> {metric: [values]}."""
+    names = list(variants)
+    out = {k: {} for k in names}
+    for r in range(n_rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for k in order:
+            for metric, v in variants[k]().items():
+                out[k].setdefault(metric, []).append(v)
+    return out
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def spread(xs):
+    """Interquartile range, or max-min for fewer than 4 values."""
+    if len(xs) < 4:
+        return max(xs) - min(xs)
+    q = statistics.quantiles(xs, n=4)
+    return q[2] - q[0]
+
+
+def fmt(xs, unit=""):
+    return "%.1f%s ±%.1f" % (med(xs), unit, spread(xs) / 2)
+
+
+def now():
+    return time.perf_counter_ns()
