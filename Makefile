@@ -11,7 +11,7 @@ IO_SRC := $(wildcard csrc/io/*.c)
 BIN := tests/c/bin
 OUT ?= out
 
-.PHONY: setup demo test ctest pytest clean
+.PHONY: setup demo test ctest pytest bench clean
 
 setup:
 	./scripts/setup.sh
@@ -34,6 +34,13 @@ ctest:
 
 pytest:
 	$(PY) -m pytest -q tests/py
+
+# Benchmarks against torch.profiler (docs/performance.md). Slow: run on a quiet machine.
+bench: setup
+	$(PY) benchmarks/bench_ops.py
+	$(PY) benchmarks/bench_models.py
+	$(PY) benchmarks/bench_size.py
+	$(PY) benchmarks/bench_scale.py
 
 clean:
 	rm -rf build $(BIN) xsp/*.so *.egg-info
