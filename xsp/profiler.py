@@ -26,6 +26,9 @@ from .trace import Trace
 LEVEL_M, LEVEL_L = 0, 1
 KIND = {name: i for i, name in enumerate(_core.KINDS)}
 
+# Smallest cap: one chunk of 4096 48-byte records (csrc/core/tbuf.h), so the region fits.
+MIN_MEMORY = 1 << 18
+
 _active_lock = threading.Lock()
 _active = None   # the profile currently recording, protected by _active_lock
 
@@ -73,16 +76,16 @@ class _ModuleHooks:
                 ref = weakref.ref(root)
             except TypeError:
                 ref = lambda: root  # noqa: E731
-            entry = (ref, {id(m): n for n, m in root.named_modules(remove_duplicate=False)})
+            entry = (ref, {id(m): n for n, m in root.named_modules()})
             self._names[id(root)] = entry
         return entry[1]
 
     def _pre(self, module, args):
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+            self.thread_names[threading.get_native_id()] = threading.current_thread().name
         try:
-            stack = getattr(self._tls, "stack", None)
-            if stack is None:
-                stack = self._tls.stack = []
-                self.thread_names[threading.get_native_id()] = threading.current_thread().name
             cls = type(module).__name__
             if not stack:
                 names = self._qualnames(module)
@@ -97,13 +100,16 @@ class _ModuleHooks:
                 key = None
                 if self._record_modules:
                     name = names.get(id(module))
-                    if name is None:
+                    if name is None:          # added since the map was built: rebuild once
+                        self._names.pop(id(stack[0][2]), None)
                         names = self._qualnames(stack[0][2])
                         name = names.get(id(module)) or cls
                     key = _core.begin(LEVEL_L, KIND["module"], name, cls)
             stack.append((key, names, module if not stack else stack[0][2]))
         except Exception:
+            # keep the stack paired with _post, whatever failed
             self.errors += 1
+            stack.append((None, stack[0][1] if stack else {}, stack[0][2] if stack else module))
 
     def _post(self, module, args, output):
         try:
@@ -138,9 +144,9 @@ class profile:
         self.levels = parse_levels(levels)
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
-        if not isinstance(max_memory, int) or max_memory < 1 << 16:
-            raise ValueError("max_memory must be an int of at least 65536 bytes, not %r"
-                             % (max_memory,))
+        if not isinstance(max_memory, int) or max_memory < MIN_MEMORY:
+            raise ValueError("max_memory must be an int of at least %d bytes (one chunk of "
+                             "records), not %r" % (MIN_MEMORY, max_memory))
         self.name = name
         self.max_memory = max_memory
         self.trace = None
@@ -150,6 +156,7 @@ class profile:
         self._step = None
         self._steps = 0
         self._where = None
+        self._thread = None
 
     # -- starting and stopping ---------------------------------------------------------------
     def __enter__(self):
@@ -177,6 +184,7 @@ class profile:
                     "another xsp.profile is already recording (started at %s); xsp records one "
                     "session at a time: stop it before starting this one" % _active._where)
             self._where = _caller()
+            self._thread = threading.get_ident()
             _core.start(max_bytes=self.max_memory, adopt_roots=True)
             _active = self
         try:
@@ -204,6 +212,8 @@ class profile:
         """
         if self.trace is not None or _active is not self:
             raise ProfilerError("step() needs a running xsp.profile")
+        if threading.get_ident() != self._thread:
+            raise ProfilerError("step() must be called on the thread that started the profile")
         if self._step is None:
             return
         if self._hooks is not None and self._hooks.depth():
@@ -241,7 +251,7 @@ class profile:
                 _active = None
         data.set_meta("levels", self.levels)
         data.set_meta("region", self.name)
-        data.set_meta("steps", self._steps + (1 if self._steps else 0))
+        data.set_meta("steps", bytes(data.columns()["kind"]).count(KIND["step"]))
         if self._hooks is not None:
             data.set_meta("hook_errors", self._hooks.errors)
         names = dict(self._hooks.thread_names) if self._hooks is not None else {}

@@ -270,7 +270,7 @@ class Trace:
         duration_ns, self_ns, thread (OS id), depth, module (qualified name of the nearest
         enclosing module or model span, the span itself included; for a backward function and
         what runs inside it, the module of the forward op it differentiates), flags, then one column per
-        attribute key (type, seq, fwd_op, ...; None where a span lacks it)."""
+        attribute key (type, seq, fwd_op, ...; missing where a span lacks it)."""
         import pandas as pd
 
         n = len(self)

@@ -1,0 +1,50 @@
+"""Checks shared by the Python tests: tree invariants, module lookup, op multisets."""
+import collections
+import threading
+
+import xsp
+
+MODULE_KINDS = ("module", "model")
+
+
+def profiled(fn, *args, levels="ML", **kw):
+    """Runs fn(*args) inside xsp.profile(levels, **kw) and returns the trace."""
+    with xsp.profile(levels=levels, **kw) as prof:
+        fn(*args)
+    return prof.trace
+
+
+def check_tree(trace, nesting=True):
+    """Asserts the invariants every trace keeps: the core's own check, ids growing with start
+    time, parents before children, start <= end, and (nesting=True) same-thread children
+    inside their parents, which recording guarantees but a file cannot prove."""
+    assert trace._data.check() is None
+    start, end, parents = trace.start_ns, trace.end_ns, trace.parent_ids
+    for i in range(len(trace)):
+        assert start[i] <= end[i], i
+        if i:
+            assert start[i - 1] <= start[i], i
+        p = parents[i]
+        if p < 0:
+            continue
+        assert p < i, (p, i)
+        if nesting and trace._thread[p] == trace._thread[i]:
+            assert start[p] <= start[i] and end[i] <= end[p], (p, i)
+
+
+def nearest_module(span):
+    """The closest enclosing module or model span (not the span itself), or None."""
+    for a in span.ancestors():
+        if a.kind in MODULE_KINDS:
+            return a
+    return None
+
+
+def aten_counts(trace, thread=None):
+    """Multiset of 'aten::' span names, optionally only those on one OS thread."""
+    return collections.Counter(s.name for s in trace if s.name.startswith("aten::")
+                               and (thread is None or s.thread == thread))
+
+
+def main_tid():
+    return threading.get_native_id()

@@ -1,0 +1,145 @@
+"""Chrome trace event export (Trace.to_chrome_trace)."""
+import json
+import os
+import re
+import threading
+from decimal import Decimal
+
+import pytest
+import torch
+
+import xsp
+from helpers import main_tid
+import models
+
+
+def _load(path):
+    """The JSON with every number that has a fraction parsed exactly (Decimal)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return text, json.loads(text, parse_float=Decimal)
+
+
+def _ns(us):
+    """Exact integer ns from a Decimal microsecond value."""
+    v = us * 1000
+    assert v == int(v), us
+    return int(v)
+
+
+def _check_export(trace, path):
+    """Asserts the export of trace at path: metadata, one X event per span with exact times,
+    per-thread nesting; returns the X events in span id order."""
+    trace.to_chrome_trace(path)
+    text, doc = _load(path)
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+    assert doc["displayTimeUnit"] == "ns"
+    assert doc["otherData"]["xsp"]["counters"] == trace.counters
+    pid = trace.meta["pid"]
+    assert doc["otherData"]["xsp"]["meta"]["pid"] == pid
+    events = doc["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    xs = [e for e in events if e["ph"] == "X"]
+    assert len(meta) + len(xs) == len(events)
+    assert meta[0] == {"ph": "M", "name": "process_name", "pid": pid,
+                       "args": {"name": "xsp: %s" % trace.meta["region"]}}
+    assert sorted((e["tid"], e["args"]["name"]) for e in meta[1:]) == sorted(
+        (tid, name or "thread %d" % tid) for tid, name, _ in trace.threads)
+    assert all(e["name"] == "thread_name" and e["pid"] == pid for e in meta[1:])
+    # every ts/dur is written with exactly three decimals (ns resolution)
+    for m in re.finditer(r'"(ts|dur)":([^,]*),', text):
+        assert re.fullmatch(r"\d+\.\d{3}", m.group(2)), m.group(0)
+    assert len(xs) == len(trace)
+    t0 = int(trace.start_ns.min()) if len(trace) else 0
+    for e, s in zip(xs, trace):
+        assert e["args"]["id"] == s.id
+        assert e["name"] == s.name and e["pid"] == pid and e["tid"] == s.thread
+        assert e["cat"] == "%s.%s" % (s.level, s.kind)
+        assert _ns(e["ts"]) == s.start_ns - t0
+        assert _ns(e["dur"]) == s.duration_ns
+        args = dict(e["args"])
+        del args["id"]
+        if s.parent is None:
+            assert "parent" not in args
+        else:
+            assert args.pop("parent") == s.parent
+        assert args == s.attrs
+    by_id = {e["args"]["id"]: e for e in xs}
+    for e in xs:
+        p = by_id.get(e["args"].get("parent"))
+        if p is not None and p["tid"] == e["tid"]:
+            assert p["ts"] <= e["ts"] and e["ts"] + e["dur"] <= p["ts"] + p["dur"]
+    return xs
+
+
+def test_tiny_trace_exact(fake_clock, tmp_path):
+    add, a = models.Add(), torch.ones(2)
+    add(a, a)
+    fake_clock(1000, 10)
+    with xsp.profile(name="réGion") as prof:
+        add(a, a)
+    # region 1010-1080, model 1030-1060, add 1040-1050: relative to the first start (1010)
+    xs = _check_export(prof.trace, str(tmp_path / "t.json"))
+    tid = main_tid()
+    assert [(e["name"], e["cat"], e["tid"], e["ts"], e["dur"], e["args"]) for e in xs] == [
+        ("réGion", "M.region", tid, Decimal("0.000"), Decimal("0.070"), {"id": 0}),
+        ("Add", "M.model", tid, Decimal("0.020"), Decimal("0.030"),
+         {"type": "Add", "id": 1, "parent": 0}),
+        ("aten::add", "L.op", tid, Decimal("0.030"), Decimal("0.010"),
+         {"seq": prof.trace[2].attrs["seq"], "id": 2, "parent": 1}),
+    ]
+
+
+def test_large_times_keep_ns(fake_clock, tmp_path):
+    """Microsecond values far from the origin keep their nanoseconds (no float rounding)."""
+    add, a = models.Add(), torch.ones(2)
+    add(a, a)
+    fake_clock(10 ** 15, 10 ** 14 + 1)
+    with xsp.profile() as prof:
+        for _ in range(3):
+            add(a, a)
+    xs = _check_export(prof.trace, str(tmp_path / "t.json"))
+    # the third add begins 11 readings after the region (step#0, then 4 per call):
+    # 11 * (1e14 + 1) ns, written with all 16 significant digits
+    assert xs[-1]["ts"] == Decimal("1100000000000.011")
+
+
+def test_real_model_export(tmp_path):
+    model, x = models.cnn()
+    models.fwd_bwd(model, x)
+    with xsp.profile() as prof:
+        models.fwd_bwd(model, x)
+    xs = _check_export(prof.trace, str(tmp_path / "cnn.json"))
+    bwd = [e for e in xs if e["cat"] == "L.backward" and "fwd_op" in e["args"]]
+    assert len(bwd) == 25
+    for e in bwd:
+        assert xs[e["args"]["fwd_op"]]["cat"] == "L.op"
+
+
+def test_threads_export(tmp_path):
+    """Several tracks, including a thread without a Python name (an intra-op worker, when
+    torch uses one: the encoder's flash-attention backward allocates on it)."""
+    cnn, xc = models.cnn()
+    enc, xe = models.encoder()
+    models.fwd_bwd(cnn, xc)
+    models.fwd_bwd(enc, xe)
+    with xsp.profile() as prof:
+        t = threading.Thread(target=models.fwd_bwd, args=(cnn, xc), name="wörker")
+        t.start()
+        models.fwd_bwd(enc, xe)
+        t.join()
+    trace = prof.trace
+    names = {name for _, name, _ in trace.threads}
+    assert {"MainThread", "wörker"} <= names
+    xs = _check_export(trace, str(tmp_path / "threads.json"))
+    assert {e["tid"] for e in xs} == {tid for tid, _, _ in trace.threads}
+
+
+def test_export_errors(tmp_path):
+    with xsp.profile(levels="M") as prof:
+        pass
+    with pytest.raises(OSError):
+        prof.trace.to_chrome_trace(str(tmp_path / "missing" / "t.json"))
+    xs = _check_export(prof.trace, str(tmp_path / "ok.json"))
+    assert [(e["name"], e["ts"], e["args"]) for e in xs] == [
+        ("xsp.profile", Decimal("0.000"), {"id": 0})]

@@ -1,0 +1,157 @@
+"""Profiling code that runs on several Python threads at once."""
+import collections
+import threading
+import time
+
+import torch
+
+import xsp
+from helpers import check_tree, main_tid
+import models
+from models import CNN_MODULE_CALLS, ENCODER_MODULE_CALLS
+
+
+def _run_in_threads(jobs):
+    """Runs each (name, fn) on its own thread, all released together by a barrier, inside one
+    profile; returns (trace, {name: native thread id})."""
+    barrier = threading.Barrier(len(jobs))
+    tids = {}
+    errors = []
+
+    def body(name, fn):
+        tids[name] = threading.get_native_id()
+        barrier.wait()
+        try:
+            fn()
+        except BaseException as e:        # re-raised on the main thread below
+            errors.append(e)
+
+    with xsp.profile() as prof:
+        threads = [threading.Thread(target=body, args=job, name=job[0]) for job in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return prof.trace, tids
+
+
+def _spans_on(trace, tid):
+    return [s for s in trace if s.thread == tid]
+
+
+def test_two_threads_forward():
+    cnn, xc = models.cnn()
+    enc, xe = models.encoder()
+    cnn(xc)
+    enc(xe)
+    # both threads meet inside their model calls, so the two model spans surely overlap
+    inside = threading.Barrier(2)
+    hooks = [m.register_forward_pre_hook(lambda mod, args: None if inside.wait(5) else None)
+             for m in (cnn.layer1, enc.layer)]
+    try:
+        trace, tids = _run_in_threads([("t-cnn", lambda: cnn(xc)), ("t-enc", lambda: enc(xe))])
+    finally:
+        for h in hooks:
+            h.remove()
+    check_tree(trace)
+    region = trace[0]
+    assert (region.kind, region.thread, region.parent) == ("region", main_tid(), None)
+    assert trace.roots() == [region]
+    # the main thread only recorded the region (step#0 is elided)
+    assert [s.id for s in _spans_on(trace, main_tid())] == [0]
+    threads = {tid: name for tid, name, kind in trace.threads}
+    assert threads == {main_tid(): "MainThread", tids["t-cnn"]: "t-cnn",
+                       tids["t-enc"]: "t-enc"}
+    for name, cls, calls in (("t-cnn", "TinyCNN", CNN_MODULE_CALLS),
+                             ("t-enc", "Encoder", ENCODER_MODULE_CALLS)):
+        spans = _spans_on(trace, tids[name])
+        assert {s.thread_name for s in spans} == {name}
+        # the thread's root (its model call) is adopted by the region; everything else on the
+        # thread has a parent on the same thread
+        roots = [s for s in spans if s.parent == 0]
+        assert [(r.kind, r.name, r.level) for r in roots] == [("model", cls, "M")]
+        for s in spans:
+            if s.parent != 0:
+                assert s.parent_span.thread == s.thread
+                assert roots[0] in s.ancestors()
+        assert [s.name for s in spans if s.kind == "module"] == calls
+        assert region.start_ns <= roots[0].start_ns and roots[0].end_ns <= region.end_ns
+    # the two models overlapped in time (so the per-thread stacks were both in use)
+    a, b = (trace.spans(kind="model", name=n)[0] for n in ("TinyCNN", "Encoder"))
+    assert a.start_ns < b.end_ns and b.start_ns < a.end_ns
+
+
+def test_two_threads_forward_backward():
+    """Autograd's work on each thread is recorded on that thread, and backward functions link to
+    forward ops of their own thread even though both threads reuse the same (thread-local)
+    autograd sequence numbers."""
+    m1, x1 = models.cnn()
+    m2, x2 = models.cnn()
+    models.fwd_bwd(m1, x1)
+    trace, tids = _run_in_threads([("a", lambda: models.fwd_bwd(m1, x1)),
+                                   ("b", lambda: models.fwd_bwd(m2, x2))])
+    check_tree(trace)
+    seqs = {}
+    for name in ("a", "b"):
+        tid = tids[name]
+        spans = _spans_on(trace, tid)
+        bwd = [s for s in spans if s.kind == "backward"]
+        assert collections.Counter(s.name for s in bwd) == collections.Counter({
+            "torch::autograd::AccumulateGrad": 20, "ConvolutionBackward0": 6,
+            "NativeBatchNormBackward0": 6, "ReluBackward0": 5, "AddBackward0": 2,
+            "AddmmBackward0": 1, "MaxPool2DWithIndicesBackward0": 1, "MeanBackward1": 1,
+            "SumBackward0": 1, "TBackward0": 1, "ViewBackward0": 1})
+        for b in bwd:
+            if "fwd_op" in b.attrs:
+                f = trace[b.attrs["fwd_op"]]
+                assert f.thread == tid and f.attrs["seq"] == b.attrs["seq"]
+        # thread roots: the model call, the loss's sum, and the engine's evaluate_function
+        # ops, all adopted by the region
+        roots = [s for s in spans if s.parent == 0]
+        assert roots[0].kind == "model" and roots[0].name == "TinyCNN"
+        assert {r.name.split(":")[0] for r in roots[1:]} <= {"aten", "autograd"}
+        seqs[name] = {s.attrs["seq"] for s in spans if s.kind == "op" and "seq" in s.attrs}
+    assert seqs["a"] & seqs["b"]          # the same sequence numbers occur on both threads
+
+
+def test_thread_running_across_start_and_stop():
+    """A thread that keeps running ops while a profile starts and stops: its spans are adopted
+    by the region, nothing is misfiled, and the trace stays consistent."""
+    a = torch.ones(4)
+    stop = threading.Event()
+    started = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            torch.add(a, a)
+            started.set()
+
+    t = threading.Thread(target=spin, name="spinner")
+    t.start()
+    try:
+        started.wait()
+        with xsp.profile() as prof:
+            for _ in range(50):
+                torch.mul(a, a)
+            time.sleep(0.02)           # lets the spinner take the GIL for a while
+    finally:
+        stop.set()
+        t.join()
+    trace = prof.trace
+    check_tree(trace)
+    tid = t.native_id
+    spins = _spans_on(trace, tid)
+    assert len(spins) > 0
+    region = trace[0]
+    for s in spins:
+        assert (s.name, s.kind, s.thread_name) == ("aten::add", "op", "spinner")
+        # adopted by the region; only an op whose begin raced with the teardown (its
+        # RecordFunction copied xsp's callback before detach but stamped its start after the
+        # region ended) can stay a root
+        assert s.parent == 0 or (s.parent is None and s.start_ns > region.end_ns)
+    assert [s.name for s in _spans_on(trace, main_tid())] == ["xsp.profile"] + ["aten::mul"] * 50
+    assert trace.counters["lost.cap"] == 0 and trace.counters["forced_end"] == 0
+    # an add in flight when recording began ends without a begin: counted, not recorded
+    assert trace.counters["unmatched_end"] in (0, 1)

@@ -1,0 +1,302 @@
+"""xsp.Trace and xsp.Span: indexing, iteration, navigation, durations, filters, views."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import xsp
+from helpers import check_tree, main_tid
+import models
+
+
+class Outer(torch.nn.Module):
+    """A model span with a module span (inner: one add) and two muls of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = models.Add()
+
+    def forward(self, a, b):
+        return torch.mul(torch.mul(self.inner(a, b), b), b)
+
+
+@pytest.fixture
+def tiny(fake_clock):
+    """A 6-span trace with exact times (fake clock from 1000, step 10):
+    1000 start, 1010 region, 1020 step#0, 1030 Outer, 1040 inner, 1050/1060 add,
+    1070 inner end, 1080/1090 mul, 1100/1110 mul, 1120 Outer end, 1130 step#0 end (elided),
+    1140 region end, 1150 stop."""
+    m, a = Outer(), torch.ones(2)
+    m(a, a)
+    fake_clock(1000, 10)
+    with xsp.profile() as prof:
+        m(a, a)
+    return prof.trace
+
+
+SEQ = object()   # stands for the ops' autograd sequence number, which depends on what ran before
+ROWS = [
+    # id, parent, level, kind, name, start, end, duration, self, depth, module, attrs
+    (0, None, "M", "region", "xsp.profile", 1010, 1140, 130, 40, 0, None, {}),
+    (1, 0, "M", "model", "Outer", 1030, 1120, 90, 40, 1, "Outer", {"type": "Outer"}),
+    (2, 1, "L", "module", "inner", 1040, 1070, 30, 20, 2, "inner", {"type": "Add"}),
+    (3, 2, "L", "op", "aten::add", 1050, 1060, 10, 10, 3, "inner", {"seq": SEQ}),
+    (4, 1, "L", "op", "aten::mul", 1080, 1090, 10, 10, 2, "Outer", {"seq": SEQ}),
+    (5, 1, "L", "op", "aten::mul", 1100, 1110, 10, 10, 2, "Outer", {"seq": SEQ}),
+]
+
+
+def _rows(tiny):
+    """ROWS with SEQ replaced by the ops' sequence number: the thread's next autograd sequence
+    number, the same for all three since none of them creates an autograd node."""
+    seqs = {s.attrs["seq"] for s in tiny.spans(kind="op")}
+    assert len(seqs) == 1
+    seq = seqs.pop()
+    assert isinstance(seq, int) and seq >= 0
+    return [r[:11] + ({k: seq if v is SEQ else v for k, v in r[11].items()},) for r in ROWS]
+
+
+def test_spans_exact(tiny):
+    check_tree(tiny)
+    assert len(tiny) == 6
+    got = [(s.id, s.parent, s.level, s.kind, s.name, s.start_ns, s.end_ns, s.duration_ns,
+            s.self_ns, int(tiny.depth[s.id]), None, s.attrs) for s in tiny]
+    assert got == [r[:10] + (None, r[11]) for r in _rows(tiny)]
+    for s in tiny:
+        assert (s.thread, s.thread_name, s.flags) == (main_tid(), "MainThread", 0)
+    assert tiny.threads == [(main_tid(), "MainThread", 0)]
+
+
+def test_iteration_and_indexing(tiny):
+    ids = [s.id for s in tiny]
+    assert ids == list(range(6))
+    starts = [s.start_ns for s in tiny]
+    assert starts == sorted(starts)
+    assert tiny[0].name == "xsp.profile"
+    assert tiny[-1].id == 5 and tiny[-6].id == 0
+    assert tiny[np.int64(2)].name == "inner"
+    for bad in (6, -7, 100):
+        with pytest.raises(IndexError, match="out of range"):
+            tiny[bad]
+    with pytest.raises(TypeError, match="span ids"):
+        tiny["inner"]
+    with pytest.raises(TypeError):
+        tiny[1.0]
+
+
+def test_navigation(tiny):
+    region, outer, inner, add, mul1, mul2 = list(tiny)
+    assert tiny.roots() == [region]
+    assert region.children == [outer]
+    assert outer.children == [inner, mul1, mul2]
+    assert inner.children == [add]
+    assert add.children == [] and mul2.children == []
+    assert add.parent_span == inner and region.parent_span is None
+    assert add.ancestors() == [inner, outer, region]
+    assert region.ancestors() == []
+    assert tiny.children_of(1).tolist() == [2, 4, 5]
+    assert tiny.parent_ids.tolist() == [-1, 0, 1, 2, 1, 1]
+    # spans compare by trace and id, and hash accordingly
+    assert tiny[2] == inner and tiny[2] != tiny[3] and len({tiny[2], inner, tiny[3]}) == 2
+
+
+def test_durations(tiny):
+    assert tiny.duration_ns.tolist() == [130, 90, 30, 10, 10, 10]
+    # self = duration - the durations of same-thread children
+    assert tiny.self_ns.tolist() == [130 - 90, 90 - 30 - 10 - 10, 30 - 10, 10, 10, 10]
+    assert tiny.duration_ns.dtype == np.int64 and tiny.self_ns.dtype == np.int64
+    assert tiny.depth.tolist() == [0, 1, 2, 3, 2, 2]
+
+
+def test_filters(tiny):
+    assert [s.id for s in tiny.spans(kind="op")] == [3, 4, 5]
+    assert [s.id for s in tiny.spans(level="M")] == [0, 1]
+    assert [s.id for s in tiny.spans(level="L")] == [2, 3, 4, 5]
+    assert [s.id for s in tiny.spans(name="aten::mul")] == [4, 5]
+    assert [s.id for s in tiny.spans(kind="op", name="aten::add", level="L")] == [3]
+    assert tiny.spans(kind="op", level="M") == []
+    assert tiny.spans(name="no such span") == []
+    assert tiny.spans(level="G") == []
+    with pytest.raises(ValueError, match="unknown kind 'bogus'"):
+        tiny.spans(kind="bogus")
+    with pytest.raises(ValueError, match="unknown level 'X'"):
+        tiny.spans(level="X")
+
+
+def test_tree_text(tiny):
+    assert tiny.tree() == "\n".join([
+        "xsp.profile [region] 130 ns (self 40 ns)",
+        "└─ Outer [model] 90 ns (self 40 ns)",
+        "   ├─ inner [module Add] 30 ns (self 20 ns)",
+        "   │  └─ aten::add [op] 10 ns",
+        "   ├─ aten::mul [op] 10 ns",
+        "   └─ aten::mul [op] 10 ns",
+    ])
+    assert tiny.tree(max_depth=1) == "\n".join([
+        "xsp.profile [region] 130 ns (self 40 ns)",
+        "└─ Outer [model] 90 ns (self 40 ns)",
+    ])
+    assert tiny.tree(max_depth=0) == "xsp.profile [region] 130 ns (self 40 ns)"
+    assert tiny.tree(max_children=1) == "\n".join([
+        "xsp.profile [region] 130 ns (self 40 ns)",
+        "└─ Outer [model] 90 ns (self 40 ns)",
+        "   ├─ inner [module Add] 30 ns (self 20 ns)",
+        "   │  └─ aten::add [op] 10 ns",
+        "   └─ … 2 more (20 ns)",
+    ])
+    assert tiny.tree(min_duration_ns=20) == "\n".join([
+        "xsp.profile [region] 130 ns (self 40 ns)",
+        "└─ Outer [model] 90 ns (self 40 ns)",
+        "   └─ inner [module Add] 30 ns (self 20 ns)",
+    ])
+
+
+def test_to_pandas(tiny):
+    df = tiny.to_pandas()
+    assert list(df.columns) == ["id", "parent", "level", "kind", "name", "start_ns", "end_ns",
+                                "duration_ns", "self_ns", "thread", "depth", "module",
+                                "flags", "seq", "type"]
+    assert len(df) == len(tiny)
+    for col in ("id", "parent", "start_ns", "end_ns", "duration_ns", "self_ns", "thread",
+                "flags"):
+        assert df[col].dtype == np.int64, col
+    assert df["depth"].dtype == np.int32
+    for col in ("level", "kind", "name"):
+        assert pd.api.types.is_string_dtype(df[col]) or df[col].dtype == object, col
+    for row, exp in zip(df.itertuples(index=False), _rows(tiny)):
+        i, parent, level, kind, name, start, end, dur, self_, depth, module, attrs = exp
+        assert (row.id, row.parent, row.level, row.kind, row.name, row.start_ns, row.end_ns,
+                row.duration_ns, row.self_ns, row.depth, row.flags, row.thread) == (
+            i, -1 if parent is None else parent, level, kind, name, start, end, dur, self_,
+            depth, 0, main_tid())
+        assert (module is None and pd.isna(row.module)) or row.module == module
+        for key in ("seq", "type"):
+            v = getattr(row, key)
+            assert (key not in attrs and pd.isna(v)) or v == attrs[key], (i, key, v)
+    # the same values as the Span objects, for every span
+    for s in tiny:
+        r = df.iloc[s.id]
+        assert (r["name"], r["kind"], r["start_ns"], r["end_ns"], r["self_ns"]) == (
+            s.name, s.kind, s.start_ns, s.end_ns, s.self_ns)
+
+
+def test_top(tiny):
+    ops = tiny.top(kind="op")
+    assert list(ops.columns) == ["name", "type", "calls", "total_ns", "mean_ns", "self_ns",
+                                 "share"]
+    assert ops[["name", "calls", "total_ns", "mean_ns", "self_ns"]].values.tolist() == [
+        ["aten::mul", 2, 20, 10, 20], ["aten::add", 1, 10, 10, 10]]
+    assert ops["share"].tolist() == [20 / 130, 10 / 130]
+    mods = tiny.top()                      # kind="module", leaf modules only
+    assert mods.values.tolist() == [["inner", "Add", 1, 30, 30, 20, 30 / 130]]
+    assert tiny.top(kind="op", n=1)["name"].tolist() == ["aten::mul"]
+
+
+def test_reprs(tiny):
+    assert repr(tiny) == "<xsp.Trace 6 spans (M 2, L 4), 1 threads, 130 ns, lost 0>"
+    assert [repr(s) for s in tiny] == [
+        "<Span #0 M region 'xsp.profile' 130 ns>", "<Span #1 M model 'Outer' 90 ns>",
+        "<Span #2 L module 'inner' 30 ns>", "<Span #3 L op 'aten::add' 10 ns>",
+        "<Span #4 L op 'aten::mul' 10 ns>", "<Span #5 L op 'aten::mul' 10 ns>"]
+
+
+def test_repr_units():
+    model, x = models.cnn()
+    model(x)
+    with xsp.profile() as prof:
+        model(x)
+    r = repr(prof.trace)
+    n = len(prof.trace)
+    nm = len(prof.trace.spans(level="M"))
+    assert r.startswith("<xsp.Trace %d spans (M %d, L %d), 1 threads, " % (n, nm, n - nm))
+    assert r.endswith(" ms, lost 0>") or r.endswith(" us, lost 0>")
+
+
+def test_equality(tiny, fake_clock):
+    assert tiny == xsp.Trace.from_bytes(tiny.to_bytes())
+    assert not (tiny != xsp.Trace.from_bytes(tiny.to_bytes()))
+    assert tiny != 5 and tiny != None  # noqa: E711
+    with pytest.raises(TypeError):
+        hash(tiny)
+    # the same code under the same fake clock gives an equal trace except for metadata that
+    # cannot repeat (nothing here: same pid, thread, versions) ...
+    m, a = Outer(), torch.ones(2)
+    fake_clock(1000, 10)
+    with xsp.profile() as prof:
+        m(a, a)
+    assert prof.trace == tiny
+    # ... and a different name makes it different
+    fake_clock(1000, 10)
+    with xsp.profile(name="other") as prof2:
+        m(a, a)
+    assert prof2.trace != tiny
+
+
+def test_tree_of_a_subtree(tiny):
+    sub = "\n".join(["inner [module Add] 30 ns (self 20 ns)", "└─ aten::add [op] 10 ns"])
+    assert tiny.tree(root=2) == sub
+    assert tiny.tree(root=tiny[2]) == sub
+    assert tiny.tree(root=-1) == "aten::mul [op] 10 ns"
+    assert tiny.tree(root=1, max_depth=1).splitlines() == [
+        "Outer [model] 90 ns (self 40 ns)", "├─ inner [module Add] 30 ns (self 20 ns)",
+        "├─ aten::mul [op] 10 ns", "└─ aten::mul [op] 10 ns"]
+    with pytest.raises(IndexError):
+        tiny.tree(root=6)
+
+
+def test_to_pandas_module_of_backward_work():
+    """A backward function, and what runs inside it, belong to the module of the forward op it
+    differentiates; AccumulateGrad (no forward op) and the engine's wrappers to none."""
+    model, x = models.cnn()
+    models.fwd_bwd(model, x)
+    with xsp.profile() as prof:
+        models.fwd_bwd(model, x)
+    trace = prof.trace
+    df = trace.to_pandas()
+    assert len(df) == len(trace)
+    module = df["module"].tolist()
+    checked = 0
+    for b in trace.spans(kind="backward"):
+        if "fwd_op" in b.attrs:
+            f = b.attrs["fwd_op"]
+            want = module[f]
+            assert df["fwd_op"][b.id] == f and df["seq"][b.id] == b.attrs["seq"]
+            checked += 1
+        else:
+            want = module[b.parent]
+            assert pd.isna(want)          # AccumulateGrad, under the engine's op, under region
+        assert module[b.id] == want or (pd.isna(want) and pd.isna(module[b.id]))
+        stack = list(b.children)
+        while stack:
+            c = stack.pop()
+            assert module[c.id] == module[b.id] or (pd.isna(want) and pd.isna(module[c.id]))
+            stack.extend(c.children)
+    assert checked == 25                  # all but the 20 AccumulateGrads
+    conv = [b for b in trace.spans(name="ConvolutionBackward0")]
+    assert sorted(module[b.id] for b in conv) == [
+        "conv1", "layer1.0.conv1", "layer1.0.conv2", "layer1.1.conv1", "layer1.1.conv2",
+        "layer1.1.downsample.0"]
+    # forward ops: the nearest enclosing module or model span
+    for s in trace.spans(kind="op"):
+        if s.start_ns >= trace.spans(kind="model")[0].end_ns:
+            break
+        mod = [a for a in s.ancestors() if a.kind in ("module", "model")][0]
+        assert module[s.id] == mod.name
+
+
+def test_empty_trace_views():
+    """Level L with nothing run: no span, no thread; every view still works."""
+    with xsp.profile(levels="L") as prof:
+        pass
+    t = prof.trace
+    assert len(t) == 0 and list(t) == [] and t.roots() == [] and t.threads == []
+    assert repr(t) == "<xsp.Trace 0 spans (none), 0 threads, 0 ns, lost 0>"
+    assert t.tree() == ""
+    with pytest.raises(IndexError):
+        t[0]
+    df = t.to_pandas()
+    assert len(df) == 0 and list(df.columns) == [
+        "id", "parent", "level", "kind", "name", "start_ns", "end_ns", "duration_ns",
+        "self_ns", "thread", "depth", "module", "flags"]
+    assert len(t.top()) == 0
+    assert t.spans(kind="op") == [] and t.self_ns.tolist() == []
