@@ -1,8 +1,78 @@
-/* clock.c: the fake-clock state behind clock.h (the real clock is inline there). */
+/* clock.c: TSC detection, calibration and the fake clock behind clock.h. */
 #include "clock.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 _Atomic uint64_t xsp_fake_step = 0;  /* written by tests only; read on every reading */
 _Atomic uint64_t xsp_fake_now = 0;   /* advanced atomically by each fake reading */
+int xsp_clock_tsc = 0;               /* written once under g_once, before any session */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static uint64_t g_anchor_ticks;      /* TSC at init; written once under g_once */
+static uint64_t g_anchor_ns;         /* CLOCK_MONOTONIC at init; written once under g_once */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Reads the TSC between two CLOCK_MONOTONIC readings; *ns is their midpoint. */
+static uint64_t pair(uint64_t *ns)
+{
+#if defined(__x86_64__)
+    uint64_t a = mono_ns();
+    uint64_t t = __rdtsc();
+    uint64_t b = mono_ns();
+    *ns = a + (b - a) / 2;
+    return t;
+#else
+    *ns = mono_ns();
+    return *ns;
+#endif
+}
+
+static void init_once(void)
+{
+#if defined(__x86_64__)
+    char buf[32] = {0};
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+    if (f) {
+        if (fgets(buf, sizeof buf, f) && strncmp(buf, "tsc", 3) == 0 && (buf[3] == '\n' || !buf[3]))
+            xsp_clock_tsc = 1;
+        fclose(f);
+    }
+    const char *env = getenv("XSP_CLOCK");   /* XSP_CLOCK=monotonic: never use the TSC */
+    if (env && strcmp(env, "monotonic") == 0)
+        xsp_clock_tsc = 0;
+#endif
+    g_anchor_ticks = pair(&g_anchor_ns);
+}
+
+void xsp_clock_init(void)
+{
+    pthread_once(&g_once, init_once);
+}
+
+xsp_clock_map xsp_clock_calibrate(void)
+{
+    xsp_clock_map m = {0, 0, 0.0};
+    xsp_clock_init();
+    if (!xsp_clock_tsc || atomic_load(&xsp_fake_step) != 0)
+        return m;
+    uint64_t ns;
+    uint64_t t = pair(&ns);
+    if (t <= g_anchor_ticks || ns <= g_anchor_ns)
+        return (xsp_clock_map){g_anchor_ticks, g_anchor_ns, 1.0};
+    m.t0 = g_anchor_ticks;
+    m.ns0 = g_anchor_ns;
+    m.ns_per_tick = (double)(ns - g_anchor_ns) / (double)(t - g_anchor_ticks);
+    return m;
+}
 
 void xsp_clock_set_fake(uint64_t start, uint64_t step)
 {

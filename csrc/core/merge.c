@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "tbuf.h"
 
 typedef struct thread_view {
@@ -92,13 +93,13 @@ static uint32_t seqmap_get(const seqmap *m, int64_t tid, int64_t seq)
 }
 
 /* Step 1 for one thread. Returns 0 or -1 on allocation failure. */
-static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop_ns)
+static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop)
 {
     const xsp_tbuf *tb = v->tb;
     for (uint32_t d = 0; d < tb->depth; d++) {
         xsp_rec *r = tb->stack[d].rec;
         if (r) {
-            r->end_ns = stop_ns;
+            r->end = stop;
             r->flags |= XSP_FLAG_OPEN_AT_STOP;
         }
     }
@@ -177,7 +178,7 @@ static int pick(const thread_view *v, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         if (v[i].next >= v[i].count)
             continue;
-        uint64_t st = xsp_tbuf_rec(v[i].tb, v[i].next)->start_ns;
+        uint64_t st = xsp_tbuf_rec(v[i].tb, v[i].next)->start;
         if (best < 0 || st < best_t) {
             best = (int)i;
             best_t = st;
@@ -186,7 +187,8 @@ static int pick(const thread_view *v, uint32_t n)
     return best;
 }
 
-static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const uint32_t *keys)
+static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const uint32_t *keys,
+                    const xsp_clock_map *map)
 {
     for (int k; (k = pick(v, n)) >= 0;) {
         thread_view *tv = &v[k];
@@ -197,8 +199,8 @@ static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const
             continue;
         }
         xsp_span s = {
-            .start_ns = r->start_ns,
-            .end_ns = r->end_ns < r->start_ns ? r->start_ns : r->end_ns,
+            .start_ns = xsp_clock_to_ns(map, r->start),
+            .end_ns = xsp_clock_to_ns(map, r->end < r->start ? r->start : r->end),
             .parent = r->parent == XSP_NONE ? XSP_NO_PARENT : tv->gid[r->parent],
             .name = tv->names[r->name],
             .thread = tv->thread,
@@ -248,8 +250,8 @@ static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
            | xsp_trace_add_counter(t, "open_at_stop", open);
 }
 
-xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start_ns, uint64_t stop_ns,
-                     int adopt)
+xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,
+                     const xsp_clock_map *map, int adopt)
 {
     xsp_trace *t = xsp_trace_new();
     thread_view *v = calloc(n ? n : 1, sizeof *v);
@@ -261,7 +263,7 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start_ns, uint6
         v[i].count = xsp_tbuf_count(bufs[i]);
         v[i].thread = xsp_trace_add_thread(t, bufs[i]->tid, NULL, 0);
         total += v[i].count;
-        ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t, stop_ns) == 0;
+        ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t, stop) == 0;
     }
     uint32_t keys[3];
     static const char *const type_key = "type";
@@ -272,12 +274,13 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start_ns, uint6
         ok = keys[0] != UINT32_MAX && keys[1] != UINT32_MAX && keys[2] != UINT32_MAX
              && total < UINT32_MAX && seqmap_init(&fwd, (uint32_t)total) == 0;
     }
-    ok = ok && emit_all(t, v, n, &fwd, keys) == 0;
+    ok = ok && emit_all(t, v, n, &fwd, keys, map) == 0;
     if (ok && adopt)
         adopt_roots(t);
     ok = ok && add_counters(t, bufs, n) == 0;
-    ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)start_ns) == 0
-         && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)stop_ns) == 0
+    ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0
+         && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)xsp_clock_to_ns(map, stop)) == 0
+         && xsp_trace_set_meta_str(t, "clock", map->ns_per_tick ? "tsc" : "monotonic") == 0
          && xsp_trace_set_meta_int(t, "pid", (int64_t)getpid()) == 0;
     for (uint32_t i = 0; v && i < n; i++) {
         free(v[i].gid);

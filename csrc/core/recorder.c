@@ -10,10 +10,13 @@
  *   g_lock      serialises start and stop (never taken on the hot path).
  *
  * The stop protocol (Dekker): a recorder stores busy=1 then loads g_gen; stop stores g_gen
- * then loads each busy.  With seq_cst on both sides at least one sees the other: either the
- * recorder sees the session ended and leaves, or stop sees busy and waits for it to clear.
+ * then loads each busy.  With a full fence on both sides at least one sees the other: either
+ * the recorder sees the session ended and leaves, or stop sees busy and waits for it to clear.
  * So after stop's wait no thread touches any buffer until the next session, and stop may read
- * and free chunks without a lock.
+ * and free chunks without a lock.  Where membarrier(2) is available the recorder's fence is
+ * only a compiler barrier and stop issues membarrier(PRIVATE_EXPEDITED), which runs a full
+ * fence on every thread of the process (an xchg per begin and end saved on the hot path);
+ * elsewhere both sides use seq_cst.
  *
  * Chunks come first from a pool reserved at start (so steady-state recording does not call
  * malloc), then from malloc while the cap allows; both are charged to g_sess.bytes.
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,7 +43,7 @@ typedef struct xsp_session {
     uint64_t gen;                /* generation while active (odd) */
     uint64_t cap;                /* max_bytes */
     int adopt_roots;             /* config.adopt_roots */
-    uint64_t start_ns;           /* clock at start */
+    uint64_t start_ticks;        /* clock at start */
     char *pool;                  /* pool_n chunks reserved at start; owned */
     uint32_t pool_n;             /* chunks in the pool */
     _Atomic uint32_t pool_next;  /* next unused pool chunk (may run past pool_n) */
@@ -54,6 +58,33 @@ static pthread_key_t g_key;                      /* thread-exit destructor marks
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
                                                     the thread lives */
+
+/* 1 when membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) works: then the hot path needs only a
+ * compiler barrier between its busy store and its generation load, and stop pays for the
+ * fence on every thread at once (the asymmetric Dekker of userspace RCU).  Set before the
+ * first session starts, under g_lock; read by the hot path. */
+static int g_membarrier = 0;
+static int g_membarrier_probed = 0;   /* protected by g_lock */
+
+static void probe_membarrier(void)
+{
+    if (g_membarrier_probed)
+        return;
+    g_membarrier_probed = 1;
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+        && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        g_membarrier = 1;
+}
+
+/* Stop's side of the protocol: after this, every thread's earlier busy store is visible and
+ * every later generation load sees the new value. */
+static void fence_all(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (g_membarrier && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        g_membarrier = 0;   /* cannot happen once registered; stay correct if it does */
+}
 
 static void on_thread_exit(void *p)
 {
@@ -96,6 +127,7 @@ static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
     tb->overflow = 0;
     tb->lost_cap = tb->lost_depth = tb->unmatched = tb->forced = 0;
     xsp_strtab_clear(&tb->names);
+    memset(tb->ncache, 0, sizeof tb->ncache);
     tb->names_bytes = xsp_strtab_bytes(&tb->names);   /* only growth is charged to the cap */
 }
 
@@ -136,8 +168,29 @@ static int tbuf_new_chunk(xsp_tbuf *tb)
     return 0;
 }
 
-/* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost. */
+static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len);
+
+/* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost.
+ * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first. */
 static inline uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
+{
+    xsp_name_slot *slot = NULL;
+    if (len == XSP_NAME_NUL) {
+        uintptr_t p = (uintptr_t)s;
+        slot = &tb->ncache[((p >> 4) ^ (p >> 12)) & (XSP_NAME_CACHE - 1)];
+        if (slot->ptr == s
+            && strncmp(s, tb->names.arena + tb->names.offs[slot->id], (size_t)slot->len + 1) == 0)
+            return slot->id;
+        len = strlen(s);
+    }
+    uint32_t id = tbuf_intern(tb, s, len);
+    if (slot && id != UINT32_MAX)
+        *slot = (xsp_name_slot){.ptr = s, .id = id, .len = (uint32_t)tb->names.lens[id]};
+    return id;
+}
+
+/* Interns on the owner's table, charging growth to the cap. UINT32_MAX if lost. */
+static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len)
 {
     uint32_t n = tb->names.n;
     uint32_t id = xsp_strtab_intern(&tb->names, s, len);
@@ -164,8 +217,16 @@ static inline xsp_tbuf *enter(void)
         if (!tb)
             return NULL;
     }
-    atomic_store_explicit(&tb->busy, 1, memory_order_seq_cst);
-    uint64_t gen = atomic_load_explicit(&g_gen, memory_order_seq_cst);
+    uint64_t gen;
+    if (__builtin_expect(g_membarrier, 1)) {
+        /* stop's membarrier() turns this compiler barrier into a full fence when it matters */
+        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        gen = atomic_load_explicit(&g_gen, memory_order_relaxed);
+    } else {
+        atomic_store_explicit(&tb->busy, 1, memory_order_seq_cst);
+        gen = atomic_load_explicit(&g_gen, memory_order_seq_cst);
+    }
     if (!(gen & 1)) {
         atomic_store_explicit(&tb->busy, 0, memory_order_release);
         return NULL;
@@ -215,7 +276,7 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
     e->rec = r;
     e->idx = (tb->n_chunks - 1) * XSP_CHUNK_RECS + tb->slot;
     tb->slot++;
-    r->end_ns = 0;
+    r->end = 0;
     r->a0 = a0;
     r->a1 = a1;
     r->name = nid;
@@ -224,13 +285,13 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
     r->level = level;
     r->kind = kind;
     r->flags = 0;
-    r->start_ns = xsp_clock_now();   /* last, so the bookkeeping above is outside the span */
+    r->start = xsp_clock_ticks();   /* last, so the bookkeeping above is outside the span */
     leave(tb);
 }
 
 void xsp_rec_end(uint64_t key, uint32_t flags)
 {
-    uint64_t now = xsp_clock_now();   /* first, so the bookkeeping below is outside the span */
+    uint64_t now = xsp_clock_ticks();   /* first, so the bookkeeping below is outside the span */
     xsp_tbuf *tb = enter();
     if (!tb)
         return;
@@ -250,14 +311,14 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
     for (uint32_t i = tb->depth; i > d; i--) {
         xsp_rec *r = tb->stack[i - 1].rec;
         if (r) {
-            r->end_ns = now;
+            r->end = now;
             r->flags |= XSP_FLAG_FORCED_END;
         }
         tb->forced++;
     }
     xsp_rec *r = tb->stack[d - 1].rec;
     if (r) {
-        r->end_ns = now;
+        r->end = now;
         r->flags |= (uint16_t)flags;
     }
     tb->depth = d - 1;
@@ -266,7 +327,7 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
 
 uint64_t xsp_rec_now(void)
 {
-    return xsp_clock_now();
+    return xsp_clock_ticks();
 }
 
 int xsp_session_active(void)
@@ -282,6 +343,7 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "a recording session is already active");
         return -1;
     }
+    probe_membarrier();
     uint64_t cap = cfg && cfg->max_bytes ? cfg->max_bytes : DEFAULT_CAP;
     uint64_t pool = cfg && cfg->pool_bytes ? cfg->pool_bytes : DEFAULT_POOL;
     if (pool > cap)
@@ -304,7 +366,8 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
     g_sess.pool_n = pool_n;
     atomic_store(&g_sess.pool_next, 0);
     atomic_store(&g_sess.bytes, (uint64_t)pool_n * CHUNK_BYTES);
-    g_sess.start_ns = xsp_clock_now();
+    xsp_clock_init();
+    g_sess.start_ticks = xsp_clock_ticks();
     g_sess.gen = atomic_load(&g_gen) + 1;
     atomic_store(&g_gen, g_sess.gen);
     pthread_mutex_unlock(&g_lock);
@@ -353,8 +416,9 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen)
         snprintf(err, errlen, "no recording session is active");
         return -1;
     }
-    uint64_t stop_ns = xsp_clock_now();
+    uint64_t stop_ticks = xsp_clock_ticks();
     atomic_store(&g_gen, gen + 1);
+    fence_all();
     uint32_t n = 0, cap = 16;
     xsp_tbuf **bufs = malloc(cap * sizeof *bufs);
     for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next) {
@@ -374,7 +438,10 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen)
         }
         bufs[n++] = tb;
     }
-    xsp_trace *t = bufs ? xsp_merge(bufs, n, g_sess.start_ns, stop_ns, g_sess.adopt_roots) : NULL;
+    xsp_clock_map map = xsp_clock_calibrate();
+    xsp_trace *t = bufs ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
+                                    g_sess.adopt_roots)
+                        : NULL;
     for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next)
         if (tb->gen == gen)
             tbuf_release(tb);

@@ -28,6 +28,9 @@
 #include "trace.h"
 
 #define XSP_MAX_DEPTH 1024          /* deepest nesting recorded per thread */
+#ifndef XSP_NAME_NUL
+#define XSP_NAME_NUL ((size_t)-1)   /* name_len meaning: the name is NUL-terminated */
+#endif
 
 typedef struct xsp_config {
     uint64_t max_bytes;   /* cap on recording memory (records + names); 0 = default 1 GiB */
@@ -53,7 +56,8 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
  * or NULL; key: matched by xsp_rec_end; a0, a1: kind-specific integers (ops: sequence number
  * and RecordFunction thread id).  Never fails visibly: when not recording it does nothing;
  * when out of memory or depth it counts the span as lost.  No lock; no allocation in steady
- * state; safe from any thread. */
+ * state; safe from any thread.  name_len may be XSP_NAME_NUL for a NUL-terminated name: a
+ * name passed again at the same address is then found without hashing. */
 void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
                    const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
 
@@ -61,7 +65,8 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
  * (e.g. XSP_FLAG_ELIDE) into it.  Same guarantees as xsp_rec_begin. */
 void xsp_rec_end(uint64_t key, uint32_t flags);
 
-/* Reads the session clock (clock.h), for recorders outside the core. Cannot fail. */
+/* Reads the recording clock in ticks (clock.h), for recorders outside the core, such as
+ * CUPTI's timestamp callback. Cannot fail. */
 uint64_t xsp_rec_now(void);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "recorder.h"
 #include "strtab.h"
 
@@ -25,8 +26,8 @@
 #define XSP_REC_HAS_CHILD 0x8000u   /* merge-time only: some record names this one as parent */
 
 typedef struct xsp_rec {
-    uint64_t start_ns;  /* begin time */
-    uint64_t end_ns;    /* end time, 0 while open */
+    uint64_t start;     /* begin time, clock ticks (clock.h) */
+    uint64_t end;       /* end time, clock ticks, 0 while open */
     int64_t  a0;        /* kind-specific: ops: sequence number (-1 none) */
     int64_t  a1;        /* kind-specific: ops: RecordFunction (forward) thread id */
     uint32_t name;      /* local name id in the thread's strtab */
@@ -36,6 +37,15 @@ typedef struct xsp_rec {
     uint8_t  kind;      /* enum xsp_kind */
     uint16_t flags;     /* enum xsp_span_flag bits */
 } xsp_rec;
+
+/* A direct-mapped cache of names passed NUL-terminated (the shim's): pointer -> id, hit only
+ * when the bytes at the pointer still equal the interned copy, so a reused pointer is safe. */
+#define XSP_NAME_CACHE 256u
+typedef struct xsp_name_slot {
+    const char *ptr;    /* the caller's pointer, NULL = empty */
+    uint32_t id;        /* local name id */
+    uint32_t len;       /* length of the name */
+} xsp_name_slot;
 
 typedef struct xsp_open {
     uint64_t key;       /* the caller's key, matched at end */
@@ -62,6 +72,7 @@ typedef struct xsp_tbuf {
     uint64_t forced;            /* spans ended early because an enclosing span ended */
     uint64_t names_bytes;       /* bytes of `names` charged to the session cap */
     xsp_strtab names;           /* this thread's interned names */
+    xsp_name_slot ncache[XSP_NAME_CACHE]; /* name pointer cache, cleared with names */
     xsp_open stack[XSP_MAX_DEPTH]; /* open spans, innermost last */
     struct xsp_tbuf *next;      /* registry link; written once before publication */
 } xsp_tbuf;
@@ -78,9 +89,10 @@ static inline uint32_t xsp_tbuf_count(const xsp_tbuf *tb)
     return tb->n_chunks ? (tb->n_chunks - 1) * XSP_CHUNK_RECS + tb->slot : 0;
 }
 
-/* merge.c: builds the merged trace from the buffers of generation gen (an array of n).
- * Returns a new trace or NULL on allocation failure. Buffers are read, not changed. */
-xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start_ns, uint64_t stop_ns,
-                     int adopt_roots);
+/* merge.c: builds the merged trace from n buffers of one session; start and stop are the
+ * session's clock readings (ticks), map converts ticks to ns.  Returns a new trace or NULL on
+ * allocation failure.  Buffers are read, and their open spans ended at stop. */
+xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,
+                     const xsp_clock_map *map, int adopt_roots);
 
 #endif

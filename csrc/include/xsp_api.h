@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #define XSP_CORE_API_CAPSULE "xsp._core._C_API"
+#ifndef XSP_NAME_NUL
+#define XSP_NAME_NUL ((size_t)-1)   /* rec_begin name_len: NUL-terminated, cache by pointer */
+#endif
 #define XSP_CORE_API_VERSION 1
 
 typedef struct xsp_core_api {

@@ -93,7 +93,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noex
             name = "";
         uint64_t tid = scope == at::RecordScope::BACKWARD_FUNCTION ? fn.forwardThreadId()
                                                                    : fn.threadId();
-        begin(XSP_LEVEL_L, kind_of(scope), name, std::strlen(name), nullptr, 0,
+        /* XSP_NAME_NUL: the core finds a name it saw at this address without strlen or
+         * hashing (aten names live in the dispatcher), and checks the bytes still match. */
+        begin(XSP_LEVEL_L, kind_of(scope), name, XSP_NAME_NUL, nullptr, 0,
               static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)), fn.seqNr(),
               static_cast<int64_t>(tid));
     } catch (...) {

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "core/clock.h"
@@ -378,8 +379,56 @@ static void test_trace_check(void)
     xsp_trace_free(NULL);
 }
 
+/* The pointer cache for NUL-terminated names: a pointer reused for other bytes must not hit. */
+static void test_name_cache(void)
+{
+    char buf[16] = "aten::add";
+    char err[256];
+    xsp_clock_set_fake(0, 1);
+    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    for (uint64_t k = 1; k <= 3; k++) {
+        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, buf, XSP_NAME_NUL, NULL, 0, k, -1, 0);
+        xsp_rec_end(k, 0);
+    }
+    strcpy(buf, "aten::ad");      /* shorter, same address */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, buf, XSP_NAME_NUL, NULL, 0, 4, -1, 0);
+    xsp_rec_end(4, 0);
+    strcpy(buf, "aten::addmm");   /* longer, same address */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, buf, XSP_NAME_NUL, NULL, 0, 5, -1, 0);
+    xsp_rec_end(5, 0);
+    xsp_trace *t = stop();
+    xsp_clock_set_fake(0, 0);
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 5);
+    static const char *names[] = {"aten::add", "aten::add", "aten::add", "aten::ad", "aten::addmm"};
+    for (uint32_t i = 0; i < t->n_spans && i < 5; i++)
+        CHECK(strcmp(name_of(t, i), names[i]) == 0);
+    xsp_trace_free(t);
+}
+
+/* The real clock (TSC where the kernel trusts it): a 20 ms sleep measures as 20-200 ms. */
+static void test_real_clock(void)
+{
+    char err[256];
+    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_SCOPE, "sleep", 5, NULL, 0, 1, -1, 0);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    xsp_rec_end(1, 0);
+    xsp_trace *t = stop();
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 1);
+    uint64_t d = t->spans[0].end_ns - t->spans[0].start_ns;
+    CHECK(d >= 20000000 && d < 200000000);
+    xsp_trace_free(t);
+}
+
 int main(void)
 {
+    test_name_cache();
+    test_real_clock();
     test_strtab();
     test_nesting_exact();
     test_forced_and_open();
