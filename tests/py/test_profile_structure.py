@@ -354,7 +354,7 @@ def test_unicode_module_names():
 
 
 def test_shared_module_is_named_as_named_modules_names_it():
-    """Regression guard (bug: _ModuleHooks._qualnames builds {id(module): name} from
+    """Regression guard (bug: _ModuleCalls._qualnames builds {id(module): name} from
     named_modules(remove_duplicate=False), so the LAST alias wins): a module object registered
     twice must get the qualified name that model.named_modules() reports for it (its first
     alias), not an alias that named_modules() never yields."""
@@ -374,7 +374,7 @@ def test_shared_module_is_named_as_named_modules_names_it():
 
 def test_module_added_during_a_profile_gets_its_qualified_name():
     """Regression guard (bug: when a module is not in the cached name map of its model,
-    _ModuleHooks._pre calls _qualnames(root) to rebuild it, but _qualnames returns the cached
+    _ModuleCalls._enter calls _qualnames(root) to rebuild it, but _qualnames returns the cached
     map whenever the root is still alive, so a submodule added after the model's first call in
     the same profile is named by its class, 'Tanh', instead of its qualified name 'c')."""
     x = torch.ones(2)

@@ -11,7 +11,6 @@ from torch.profiler import ProfilerActivity, record_function
 import xsp
 import xsp._torch
 from xsp import _core
-from xsp.profiler import _ModuleHooks
 from helpers import check_tree, main_tid
 import models
 
@@ -23,14 +22,9 @@ def _hooks_snapshot():
     return {d: dict(getattr(nn_module, d)) for d in HOOK_DICTS}
 
 
-def _xsp_hooks_installed():
-    """Global module hooks that belong to an xsp _ModuleHooks."""
-    found = []
-    for d in ("_global_forward_pre_hooks", "_global_forward_hooks"):
-        for h in getattr(nn_module, d).values():
-            if isinstance(getattr(h, "__self__", None), _ModuleHooks):
-                found.append((d, h))
-    return found
+def _xsp_wrapper_installed():
+    """Whether nn.Module.__call__ is xsp's session wrapper (xsp.profiler._ModuleCalls)."""
+    return torch.nn.Module.__dict__["__call__"].__qualname__ == "Module.__call__ (xsp)"
 
 
 def _torch_ops(fn):
@@ -40,12 +34,17 @@ def _torch_ops(fn):
                                if e.name().startswith("aten::"))
 
 
-def test_hooks_are_installed_only_while_recording():
+def test_module_wrapper_is_installed_only_while_recording():
+    """xsp records module calls by wrapping nn.Module.__call__ for the session (no global
+    hooks, which would send every module call down torch's slow path); afterwards the original
+    is back and no global hook was ever added."""
     before = _hooks_snapshot()
+    orig = torch.nn.Module.__dict__["__call__"]
     with xsp.profile():
-        assert len(_xsp_hooks_installed()) == 2
+        assert _xsp_wrapper_installed()
         assert xsp._torch.attached() and _core.active()
-    assert _xsp_hooks_installed() == []
+        assert _hooks_snapshot() == before
+    assert torch.nn.Module.__dict__["__call__"] is orig
     assert _hooks_snapshot() == before
     assert not xsp._torch.attached() and not _core.active()
 
@@ -61,7 +60,7 @@ def test_exception_in_the_with_block(exc):
             raise exc
     assert not _core.active()
     assert not xsp._torch.attached()
-    assert _xsp_hooks_installed() == [] and _hooks_snapshot() == before
+    assert not _xsp_wrapper_installed() and _hooks_snapshot() == before
     trace = prof.trace
     check_tree(trace)
     assert [(s.kind, s.name, s.parent, s.flags) for s in trace] == [
@@ -110,7 +109,7 @@ def test_exception_from_a_forward_out_of_the_with_block():
     assert [(s.kind, s.name, s.parent, s.flags) for s in trace] == [
         ("region", "xsp.profile", None, 0), ("model", "Sequential", 0, 0),
         ("module", "0", 1, 0), ("module", "1", 1, 0), ("op", "aten::neg", 3, 0)]
-    assert not _core.active() and _xsp_hooks_installed() == []
+    assert not _core.active() and not _xsp_wrapper_installed()
 
 
 def test_second_profile_is_refused_and_the_first_goes_on():
@@ -304,10 +303,60 @@ def test_scope_left_open_is_force_ended_by_the_region(fake_clock):
     assert trace.tree().splitlines()[2] == "└─ open [scope] 3 ns (self 2 ns) {forced end}"
 
 
+def test_keyboard_interrupt_inside_a_forward_keeps_later_nesting_right():
+    """Regression guard (limitation of forward hooks: torch runs always_call hooks only for
+    Exception, so a KeyboardInterrupt escaping a forward and caught inside the block left the
+    module stack stale and later model calls nested under dead spans).  The __call__ wrapper
+    ends spans in a finally clause."""
+
+    class Interrupting(torch.nn.Module):
+        def forward(self, x):
+            raise KeyboardInterrupt
+
+    outer = torch.nn.Sequential(torch.nn.ReLU(), Interrupting())
+    other = torch.nn.ReLU()
+    x = torch.ones(2)
+    with xsp.profile() as prof:
+        try:
+            outer(x)
+        except KeyboardInterrupt:
+            pass
+        other(x)
+    trace = prof.trace
+    check_tree(trace)
+    models_ = trace.spans(kind="model")
+    assert [(s.name, s.parent) for s in models_] == [("Sequential", 0), ("ReLU", 0)]
+    assert [(s.name, s.parent_span.name) for s in trace.spans(kind="module")] == [
+        ("0", "Sequential"), ("1", "Sequential")]
+    assert trace.counters["forced_end"] == 0 and trace.counters["open_at_stop"] == 0
+
+
+def test_wrapper_left_inert_when_another_tool_wrapped_call_after_us():
+    """If another tool replaces nn.Module.__call__ during the session (wrapping ours), xsp
+    cannot unwrap it at stop; its wrapper must then do nothing but call through."""
+    orig = torch.nn.Module.__dict__["__call__"]
+    relu = torch.nn.ReLU()
+    x = torch.ones(2)
+    try:
+        with xsp.profile():
+            ours = torch.nn.Module.__call__
+
+            def theirs(module, *args, **kwargs):
+                return ours(module, *args, **kwargs)
+
+            torch.nn.Module.__call__ = theirs
+        assert torch.nn.Module.__dict__["__call__"] is theirs
+        with xsp.profile(levels="L") as prof:
+            relu(x)   # goes through theirs -> our stale wrapper -> the session's wrapper
+        assert [s.name for s in prof.trace.spans(kind="module")] == ["ReLU"]
+    finally:
+        torch.nn.Module.__call__ = orig
+
+
 def test_failure_in_a_module_hook_keeps_later_nesting_right():
-    """Regression guard (bug: _ModuleHooks._pre pushes onto its per-thread stack only when
-    everything succeeded, but _post always pops; so when _pre fails, here because the module's
-    name holds a lone surrogate that cannot be encoded as UTF-8, every later _post pops its
+    """Regression guard (bug: _ModuleCalls._enter pushes onto its per-thread stack only when
+    everything succeeded, but _leave always pops; so when _enter fails, here because the module's
+    name holds a lone surrogate that cannot be encoded as UTF-8, every later _leave pops its
     parent's entry: blk ends after its first child, blk.ok becomes blk's sibling, and 'tail'
     becomes a top-level model span named 'ReLU').  A hook failure may lose that module's span
     (counted in meta hook_errors) but must not misplace the others."""
