@@ -103,11 +103,40 @@ class Trace:
         if self._depth is None:
             p = self.parent_ids
             d = np.zeros(len(self), dtype=np.int32)
-            for i in range(len(self)):        # parents precede children
-                if p[i] >= 0:
-                    d[i] = d[p[i]] + 1
+            anc = p.copy()
+            while True:                       # one step up per pass: passes = max depth
+                live = anc >= 0
+                if not live.any():
+                    break
+                d[live] += 1
+                anc[live] = p[anc[live]]
             self._depth = d
         return self._depth
+
+    def _module_owner(self):
+        """For each span, the id of the module or model span it belongs to (itself, its nearest
+        such ancestor, or for a backward function and what runs inside it, the owner of the
+        forward op it differentiates), -1 for none.  Vectorised: pointer jumping, one pass per
+        level of nesting."""
+        n = len(self)
+        p = self.parent_ids
+        is_mod = np.isin(self._kind, (KINDS.index("module"), KINDS.index("model")))
+        # step: where each span looks next: itself if a module, its forward op if a linked
+        # backward function, else its parent
+        step = p.copy()
+        step[is_mod] = np.nonzero(is_mod)[0]
+        if "fwd_op" in self.strings and len(self._akey):
+            sel = self._akey == self.strings.index("fwd_op")
+            owners = np.repeat(np.arange(n), self._attr_n.astype(np.int64))[sel]
+            step[owners] = self._aint[sel]
+        done = is_mod | (step < 0)
+        cur = step.copy()
+        while not done.all():
+            todo = ~done
+            cur[todo] = step[cur[todo]]
+            done = done | (cur < 0)
+            done[todo] |= is_mod[np.maximum(cur[todo], 0)] & (cur[todo] >= 0)
+        return cur
 
     def _child_index(self):
         if self._children is None:
@@ -276,26 +305,15 @@ class Trace:
         n = len(self)
         names = np.array(self.strings, dtype=object)
         tids = np.array([t[0] for t in self.threads], dtype=np.int64)
-        p = self.parent_ids
-        kinds = self._kind
-        mod_kinds = (KINDS.index("module"), KINDS.index("model"))
-        module = np.empty(n, dtype=object)
-        bwd = KINDS.index("backward")
-        fwd_key = self.strings.index("fwd_op") if "fwd_op" in self.strings else -1
-        for i in range(n):
-            if kinds[i] in mod_kinds:
-                module[i] = names[self._name[i]]
-            elif kinds[i] == bwd and fwd_key >= 0 and self._attr_n[i]:
-                # a backward function belongs to the module of the forward op it differentiates
-                f = self._attrs(i).get("fwd_op")
-                module[i] = module[f] if f is not None else (module[p[i]] if p[i] >= 0 else None)
-            elif p[i] >= 0:
-                module[i] = module[p[i]]
+        module = np.full(n, None, dtype=object)
+        owner = self._module_owner()
+        has = owner >= 0
+        module[has] = names[self._name[owner[has]]]
         df = pd.DataFrame({
             "id": np.arange(n, dtype=np.int64),
-            "parent": p,
+            "parent": self.parent_ids,
             "level": np.array(LEVELS, dtype=object)[self._level] if n else [],
-            "kind": np.array(KINDS, dtype=object)[kinds] if n else [],
+            "kind": np.array(KINDS, dtype=object)[self._kind] if n else [],
             "name": names[self._name] if n else [],
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
@@ -308,14 +326,15 @@ class Trace:
         })
         if len(self._akey):
             owner = np.repeat(np.arange(n), self._attr_n.astype(np.int64))
+            strings = np.array(self.strings, dtype=object)
             for k in np.unique(self._akey):
                 col = np.full(n, None, dtype=object)
-                sel = np.nonzero(self._akey == k)[0]
-                for j in sel:
-                    t = self._atype[j]
-                    col[owner[j]] = (int(self._aint[j]) if t == 0 else
-                                     float(self._afloat[j]) if t == 1 else
-                                     self.strings[self._astr[j]])
+                is_k = self._akey == k
+                for typ, values in ((0, self._aint), (1, self._afloat), (2, None)):
+                    sel = np.nonzero(is_k & (self._atype == typ))[0]
+                    if len(sel):
+                        col[owner[sel]] = (strings[self._astr[sel]] if values is None
+                                           else values[sel].tolist())
                 df[self.strings[k]] = col
         return df
 
