@@ -7,6 +7,10 @@ CFLAGS_DEV := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wstrict-prototypes -Wshadow 
               -Icsrc -Itests/c
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 CORE_SRC := $(wildcard csrc/core/*.c)
+GPU_SRC := $(wildcard csrc/gpu/*.c)
+CUDA_HOME ?= /usr/local/cuda
+# The GPU source's tests need CUPTI's headers and library (no GPU): skipped, loudly, without.
+HAVE_CUPTI := $(shell test -f $(CUDA_HOME)/include/cupti.h && echo 1)
 IO_SRC := $(wildcard csrc/io/*.c)
 BIN := tests/c/bin
 OUT ?= out
@@ -31,6 +35,15 @@ ctest:
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
 	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
+ifeq ($(HAVE_CUPTI),1)
+	$(CC) $(CFLAGS_DEV) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) csrc/core/strtab.c \
+	    csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu
+	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) \
+	    csrc/core/strtab.c csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu_san
+	$(BIN)/test_gpu && $(BIN)/test_gpu_san
+else
+	@echo "ctest: SKIPPED test_gpu: no CUPTI headers in $(CUDA_HOME)/include (set CUDA_HOME)"
+endif
 
 pytest:
 	$(PY) -m pytest -q tests/py
