@@ -40,7 +40,9 @@ ifeq ($(HAVE_CUPTI),1)
 	    csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu
 	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) \
 	    csrc/core/strtab.c csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu_san
-	$(BIN)/test_gpu && $(BIN)/test_gpu_san
+	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu_merge.c $(CORE_SRC) \
+	    $(GPU_SRC) -ldl -lpthread -o $(BIN)/test_gpu_merge_san
+	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san
 else
 	@echo "ctest: SKIPPED test_gpu: no CUPTI headers in $(CUDA_HOME)/include (set CUDA_HOME)"
 endif

@@ -13,7 +13,9 @@
  *      last op on the forward thread to start with the same sequence number (composite ops
  *      that enclose it carry the number too, but start earlier);
  *   5. roots on other threads are adopted by the region span when asked;
- *   6. counters of everything lost, and metadata.
+ *   6. other sources (the GPU) add their spans through an xsp_merge_extra, given a resolver
+ *      from external ids (buffer serial, record index) to span ids;
+ *   7. counters of everything lost, and metadata.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +219,28 @@ static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const
     return 0;
 }
 
+/* Resolves an external id (xsp_ext_id) to the id of its span in the merged trace, following
+ * elided spans to their parent; XSP_NO_PARENT when unknown or not recorded. */
+typedef struct resolver {
+    thread_view *v;      /* the thread views, gids assigned */
+    uint32_t n;          /* number of views */
+} resolver;
+
+static uint32_t resolve(void *ctx, uint64_t ext_id)
+{
+    const resolver *rs = ctx;
+    uint32_t serial = (uint32_t)(ext_id >> 32), idx = (uint32_t)ext_id;
+    for (uint32_t i = 0; i < rs->n; i++) {
+        const thread_view *tv = &rs->v[i];
+        if (tv->tb->serial != serial)
+            continue;
+        while (idx != XSP_NONE && idx < tv->count && tv->gid[idx] == XSP_NONE)
+            idx = xsp_tbuf_rec(tv->tb, idx)->parent;      /* elided: its parent */
+        return idx != XSP_NONE && idx < tv->count ? tv->gid[idx] : XSP_NO_PARENT;
+    }
+    return XSP_NO_PARENT;
+}
+
 /* Step 5. */
 static void adopt_roots(xsp_trace *t)
 {
@@ -251,7 +275,7 @@ static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
 }
 
 xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,
-                     const xsp_clock_map *map, int adopt)
+                     const xsp_clock_map *map, int adopt, const xsp_merge_extra *extra)
 {
     xsp_trace *t = xsp_trace_new();
     thread_view *v = calloc(n ? n : 1, sizeof *v);
@@ -277,6 +301,10 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
     ok = ok && emit_all(t, v, n, &fwd, keys, map) == 0;
     if (ok && adopt)
         adopt_roots(t);
+    if (ok && extra && extra->fn) {
+        resolver rs = {v, n};
+        ok = extra->fn(t, resolve, &rs, map, extra->arg) == 0;
+    }
     ok = ok && add_counters(t, bufs, n) == 0;
     ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0
          && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)xsp_clock_to_ns(map, stop)) == 0

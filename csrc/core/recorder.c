@@ -56,6 +56,9 @@ static xsp_session g_sess;                       /* protected by g_lock, see abo
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;                      /* thread-exit destructor marks tbuf dead */
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records (see
+                                                    xsp_rec_set_hooks); read by the hot path */
+static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
                                                     the thread lives */
 
@@ -107,6 +110,7 @@ static xsp_tbuf *tbuf_attach(void)
         return NULL;
     }
     tb->tid = (uint64_t)syscall(SYS_gettid);
+    tb->serial = atomic_fetch_add(&g_serial, 1);
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_key, tb);
     xsp_tbuf *head = atomic_load(&g_registry);
@@ -259,18 +263,17 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
     e->key = key;
     e->rec = NULL;
     e->idx = parent;
+    e->pushed = 0;
     if (__builtin_expect(tb->n_chunks == 0 || tb->slot == XSP_CHUNK_RECS, 0)
         && tbuf_new_chunk(tb) != 0) {
         tb->lost_cap++;
-        leave(tb);
-        return;
+        goto done;
     }
     uint32_t nid = tbuf_name(tb, name, name_len);
     uint32_t nid2 = name2 ? tbuf_name(tb, name2, name2_len) : 0;
     if (__builtin_expect(nid == UINT32_MAX || nid2 == UINT32_MAX, 0)) {
         tb->lost_cap++;
-        leave(tb);
-        return;
+        goto done;
     }
     xsp_rec *r = &tb->chunks[tb->n_chunks - 1][tb->slot];
     e->rec = r;
@@ -285,7 +288,15 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
     r->level = level;
     r->kind = kind;
     r->flags = 0;
-    r->start = xsp_clock_ticks();   /* last, so the bookkeeping above is outside the span */
+done:
+    if (__builtin_expect(g_hooks.push != NULL, 0)) {
+        /* the innermost recorded span (this one, or its nearest recorded ancestor if it was
+         * lost) becomes the external correlation id of GPU work launched from here */
+        g_hooks.push(xsp_ext_id(tb->serial, e->idx));
+        e->pushed = 1;
+    }
+    if (e->rec)
+        e->rec->start = xsp_clock_ticks();   /* last: the bookkeeping above is outside it */
     leave(tb);
 }
 
@@ -309,18 +320,22 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
         return;
     }
     for (uint32_t i = tb->depth; i > d; i--) {
-        xsp_rec *r = tb->stack[i - 1].rec;
-        if (r) {
-            r->end = now;
-            r->flags |= XSP_FLAG_FORCED_END;
+        xsp_open *e = &tb->stack[i - 1];
+        if (e->rec) {
+            e->rec->end = now;
+            e->rec->flags |= XSP_FLAG_FORCED_END;
         }
+        if (e->pushed && g_hooks.pop)
+            g_hooks.pop();
         tb->forced++;
     }
-    xsp_rec *r = tb->stack[d - 1].rec;
-    if (r) {
-        r->end = now;
-        r->flags |= (uint16_t)flags;
+    xsp_open *e = &tb->stack[d - 1];
+    if (e->rec) {
+        e->rec->end = now;
+        e->rec->flags |= (uint16_t)flags;
     }
+    if (e->pushed && g_hooks.pop)
+        g_hooks.pop();
     tb->depth = d - 1;
     leave(tb);
 }
@@ -328,6 +343,16 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
 uint64_t xsp_rec_now(void)
 {
     return xsp_clock_ticks();
+}
+
+int xsp_rec_set_hooks(const xsp_span_hooks *hooks)
+{
+    pthread_mutex_lock(&g_lock);
+    int busy = (int)(atomic_load(&g_gen) & 1);
+    if (!busy)
+        g_hooks = hooks ? *hooks : (xsp_span_hooks){NULL, NULL};
+    pthread_mutex_unlock(&g_lock);
+    return busy ? -1 : 0;
 }
 
 int xsp_session_active(void)
@@ -408,6 +433,11 @@ static void reap_dead(void)
 
 int xsp_session_stop(xsp_trace **out, char *err, size_t errlen)
 {
+    return xsp_session_stop_ex(out, NULL, err, errlen);
+}
+
+int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen)
+{
     *out = NULL;
     pthread_mutex_lock(&g_lock);
     uint64_t gen = atomic_load(&g_gen);
@@ -440,7 +470,7 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen)
     }
     xsp_clock_map map = xsp_clock_calibrate();
     xsp_trace *t = bufs ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
-                                    g_sess.adopt_roots)
+                                    g_sess.adopt_roots, extra)
                         : NULL;
     for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next)
         if (tb->gen == gen)

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "trace.h"
 
 #define XSP_MAX_DEPTH 1024          /* deepest nesting recorded per thread */
@@ -45,6 +46,23 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen);
 /* Returns 1 while a session is recording, else 0. Cannot fail. */
 int xsp_session_active(void);
 
+/* Maps an external id (xsp_ext_id) to the id of its span in the trace being merged (an elided
+ * span maps to its parent), or XSP_NO_PARENT. */
+typedef uint32_t (*xsp_resolve_fn)(void *ctx, uint64_t ext_id);
+
+/* A further source of spans merged at stop (the GPU): fn adds its spans to t, which holds the
+ * CPU spans sorted and numbered, keeping the trace's invariants (it may re-sort and renumber),
+ * using resolve(rctx, ext_id) for parents and map to convert its ticks.  Returns 0, or -1 on
+ * allocation failure (the stop then fails). */
+typedef struct xsp_merge_extra {
+    int (*fn)(xsp_trace *t, xsp_resolve_fn resolve, void *rctx, const xsp_clock_map *map,
+              void *arg);
+    void *arg;   /* handed to fn */
+} xsp_merge_extra;
+
+/* As xsp_session_stop, with a further source merged in (extra may be NULL). */
+int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
+
 /* Stops the active session and merges everything recorded into *out (a new trace owned by the
  * caller).  Spans still open are ended at the stop time with XSP_FLAG_OPEN_AT_STOP.  Returns
  * 0, or -1 with a message in err when no session is active or merging runs out of memory (the
@@ -64,6 +82,26 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
 /* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
  * (e.g. XSP_FLAG_ELIDE) into it.  Same guarantees as xsp_rec_begin. */
 void xsp_rec_end(uint64_t key, uint32_t flags);
+
+/* Optional calls made on the hot path for every span begun / ended while set: the GPU source
+ * pushes the span's external id as a CUPTI external correlation id (kind CUSTOM2) so that GPU
+ * work launched inside the span can be tied to it.  An external id is (buffer serial << 32 |
+ * local record index): see xsp_ext_id; the index is that of the innermost *recorded* span, or
+ * XSP_NONE when no span is recorded on the thread. */
+typedef struct xsp_span_hooks {
+    void (*push)(uint64_t ext_id);   /* after a begin, before its timestamp */
+    void (*pop)(void);               /* after an end's timestamp, once per push */
+} xsp_span_hooks;
+
+static inline uint64_t xsp_ext_id(uint32_t serial, uint32_t idx)
+{
+    return ((uint64_t)serial << 32) | idx;
+}
+
+/* Installs (or with NULL removes) the span hooks.  Returns 0, or -1 while a session records
+ * (nothing changed): hooks change only between sessions, so the hot path reads them without
+ * synchronisation. */
+int xsp_rec_set_hooks(const xsp_span_hooks *hooks);
 
 /* Reads the recording clock in ticks (clock.h), for recorders outside the core, such as
  * CUPTI's timestamp callback. Cannot fail. */

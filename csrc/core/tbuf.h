@@ -51,7 +51,7 @@ typedef struct xsp_open {
     uint64_t key;       /* the caller's key, matched at end */
     xsp_rec *rec;       /* the record, NULL if the span was lost (cap) */
     uint32_t idx;       /* local index of rec, or of the nearest recorded ancestor if lost */
-    uint32_t pad;       /* unused */
+    uint32_t pushed;    /* 1 if an external correlation id was pushed for it (pop at end) */
 } xsp_open;
 
 typedef struct xsp_tbuf {
@@ -59,6 +59,8 @@ typedef struct xsp_tbuf {
     _Atomic int dead;           /* set when the owning thread has exited */
     uint64_t gen;               /* session generation the contents belong to */
     uint64_t tid;               /* OS thread id of the owner */
+    uint32_t serial;            /* unique number of this buffer in the process (external ids) */
+    uint32_t pad2;              /* unused */
     xsp_rec **chunks;           /* chunk pointers, n_chunks used; owned */
     uint32_t n_chunks;          /* chunks in use */
     uint32_t cap_chunks;        /* capacity of chunks */
@@ -93,6 +95,6 @@ static inline uint32_t xsp_tbuf_count(const xsp_tbuf *tb)
  * session's clock readings (ticks), map converts ticks to ns.  Returns a new trace or NULL on
  * allocation failure.  Buffers are read, and their open spans ended at stop. */
 xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,
-                     const xsp_clock_map *map, int adopt_roots);
+                     const xsp_clock_map *map, int adopt_roots, const xsp_merge_extra *extra);
 
 #endif
