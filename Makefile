@@ -36,10 +36,10 @@ ctest:
 	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
 ifeq ($(HAVE_CUPTI),1)
-	$(CC) $(CFLAGS_DEV) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) csrc/core/strtab.c \
-	    csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu
-	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) \
-	    csrc/core/strtab.c csrc/core/clock.c -ldl -lpthread -o $(BIN)/test_gpu_san
+	$(CC) $(CFLAGS_DEV) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
+	    -ldl -lpthread -o $(BIN)/test_gpu
+	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
+	    -ldl -lpthread -o $(BIN)/test_gpu_san
 	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu_merge.c $(CORE_SRC) \
 	    $(GPU_SRC) -ldl -lpthread -o $(BIN)/test_gpu_merge_san
 	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san

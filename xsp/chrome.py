@@ -6,10 +6,24 @@ rounding), relative to the earliest span, so a child never appears to start befo
 after its parent and the viewers nest them as recorded.
 """
 import json
+import math
 import os
 
 
 from .trace import KINDS, LEVELS
+
+
+def _finite(obj):
+    """JSON has no NaN or infinity: non-finite floats become strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    return obj
+
+
+def _dumps(obj):
+    return json.dumps(_finite(obj), allow_nan=False)
 
 
 def _us(ns):
@@ -22,18 +36,30 @@ def write(trace, path):
     t0 = int(trace.start_ns.min()) if len(trace) else 0
     parents = trace.parent_ids
     tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        _write(trace, tmp, pid, t0, parents)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _write(trace, tmp, pid, t0, parents):
     with open(tmp, "w", encoding="utf-8") as f:
         f.write('{"displayTimeUnit":"ns","otherData":')
-        f.write(json.dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
+        f.write(_dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
         f.write(',"traceEvents":[\n')
-        f.write(json.dumps({"ph": "M", "name": "process_name", "pid": pid,
+        f.write(_dumps({"ph": "M", "name": "process_name", "pid": pid,
                             "args": {"name": "xsp: %s" % trace.meta.get("region", "trace")}}))
         for tid, name, _kind in trace.threads:
             f.write(",\n")
-            f.write(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            f.write(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                                 "args": {"name": name or "thread %d" % tid}}))
-        names = [json.dumps(s) for s in trace.strings]
-        cats = [json.dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
+        names = [_dumps(s) for s in trace.strings]
+        cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
         tids = [t[0] for t in trace.threads]
         start, end = trace.start_ns, trace.end_ns
         name, kind, level, thread = trace._name, trace._kind, trace._level, trace._thread
@@ -46,9 +72,8 @@ def write(trace, path):
             f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
                     '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]], pid,
                                     tids[thread[i]], _us(start[i] - t0),
-                                    _us(end[i] - start[i]), json.dumps(args)))
+                                    _us(end[i] - start[i]), _dumps(args)))
         f.write("\n]}\n")
-    os.replace(tmp, path)
 
 
 __all__ = ["write"]

@@ -13,6 +13,7 @@ Ordering is what keeps the tree right: the region begins before any hook or call
 installed and ends after all are removed, so everything recorded on the profiling thread nests
 under it; roots on other threads are adopted by the region at stop.
 """
+import os
 import sys
 import threading
 import traceback
@@ -128,7 +129,10 @@ class _ModuleCalls:
                     if name is None:          # added since the map was built: rebuild once
                         self._names.pop(id(stack[0][2]), None)
                         names = self._qualnames(stack[0][2])
-                        name = names.get(id(module)) or cls
+                        name = names.get(id(module))
+                        if name is None:      # not a submodule at all: named by its class,
+                            name = names[id(module)] = cls   # and never looked up again
+                        stack[0] = stack[0][:1] + (names,) + stack[0][2:]
                     key = _core.begin(LEVEL_L, KIND["module"], name, cls)
             stack.append((key, names, module if not stack else stack[0][2]))
         except Exception:
@@ -248,53 +252,91 @@ class profile:
         self._step = _core.begin(LEVEL_M, KIND["step"], "step#%d" % self._steps)
 
     def stop(self):
-        """Stops recording and builds `self.trace` (what `with` does on exit)."""
+        """Stops recording and builds `self.trace` (what `with` does on exit).  Must run on the
+        thread that started the profile (its region and step spans are open there)."""
         if _active is not self:
             if self.trace is not None:
                 return self.trace
             raise ProfilerError("this xsp.profile is not recording")
+        if threading.get_ident() != self._thread:
+            raise ProfilerError("stop() must be called on the thread that started the profile")
         self._teardown()
         return self.trace
 
     def _teardown(self):
-        """Removes every callback and hook, ends M spans, stops the core, keeps the trace."""
+        """Removes the callback and the module wrapper, ends M spans, stops the core, keeps the
+        trace.  Whatever fails, the session ends and the next profile can start."""
         global _active
         try:
-            if self._shim is not None:
-                self._shim.detach()
-            if self._modules is not None:
-                self._modules.remove()
-            if self._step is not None:
-                flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
-                _core.end(self._step, flag)
-            if self._region is not None:
-                _core.end(self._region)
+            try:
+                if self._shim is not None:
+                    self._shim.detach()
+                if self._modules is not None:
+                    self._modules.remove()
+                if self._step is not None:
+                    flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
+                    _core.end(self._step, flag)
+                if self._region is not None:
+                    _core.end(self._region)
+            finally:
+                data = _core.stop()
         finally:
-            data = _core.stop()
             with _active_lock:
                 _active = None
+        self.trace = Trace(data)
+        try:
+            self._decorate(data)
+        finally:
+            self.trace.meta = data.meta()
+
+    def _decorate(self, data):
+        """Metadata and thread names; a failure here never loses the trace."""
         data.set_meta("levels", self.levels)
         data.set_meta("region", self.name)
-        data.set_meta("steps", bytes(data.columns()["kind"]).count(KIND["step"]))
+        data.set_meta("steps", int((self.trace._kind == KIND["step"]).sum()))
         if self._modules is not None:
             data.set_meta("hook_errors", self._modules.errors)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            data.set_meta("torch_version", str(torch.__version__))
+        from . import __version__
+        data.set_meta("xsp_version", __version__)
         names = dict(self._modules.thread_names) if self._modules is not None else {}
         names.setdefault(threading.get_native_id(), threading.current_thread().name)
         for t in threading.enumerate():
             if t.native_id is not None:
                 names.setdefault(t.native_id, t.name)
         for tid, name in names.items():
-            data.set_thread_name(tid, name)
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            data.set_meta("torch_version", str(torch.__version__))
-        from . import __version__
-        data.set_meta("xsp_version", __version__)
-        self.trace = Trace(data)
+            try:
+                data.set_thread_name(tid, name)
+            except (UnicodeError, ValueError):
+                data.set_thread_name(tid, name.encode("utf-8", "replace").decode("utf-8"))
+        self.trace.threads = data.threads()
 
     def __repr__(self):
         state = "recording" if _active is self else ("done" if self.trace is not None else "new")
         return "<xsp.profile levels=%s %s>" % (self.levels, state)
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) does not inherit the recording: the core already
+    dropped the session (pthread_atfork); here the torch callback and the module wrapper go."""
+    global _active, _active_lock
+    _active_lock = threading.Lock()   # the parent may have held it while forking
+    prof = _active
+    _active = None
+    if prof is not None:
+        try:
+            if prof._shim is not None:
+                prof._shim.detach()
+            if prof._modules is not None:
+                prof._modules.remove()
+        except Exception:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _import_torch():

@@ -113,6 +113,20 @@ class Trace:
             self._depth = d
         return self._depth
 
+    def _attr_owner(self):
+        """For each attribute, the id of the span it belongs to (from attr_off/attr_n, so any
+        layout of the attribute array works)."""
+        n_attr = len(self._akey)
+        owner = np.full(n_attr, -1, dtype=np.int64)
+        counts = self._attr_n.astype(np.int64)
+        total = int(counts.sum())
+        if total:
+            spans = np.repeat(np.arange(len(self), dtype=np.int64), counts)
+            first = np.repeat(self._attr_off.astype(np.int64), counts)
+            within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            owner[first + within] = spans
+        return owner
+
     def _module_owner(self):
         """For each span, the id of the module or model span it belongs to (itself, its nearest
         such ancestor, or for a backward function and what runs inside it, the owner of the
@@ -126,9 +140,11 @@ class Trace:
         step = p.copy()
         step[is_mod] = np.nonzero(is_mod)[0]
         if "fwd_op" in self.strings and len(self._akey):
-            sel = self._akey == self.strings.index("fwd_op")
-            owners = np.repeat(np.arange(n), self._attr_n.astype(np.int64))[sel]
-            step[owners] = self._aint[sel]
+            sel = np.nonzero(self._akey == self.strings.index("fwd_op"))[0]
+            owners = self._attr_owner()[sel]
+            target = self._aint[sel]
+            ok = (owners >= 0) & (target >= 0) & (target < owners)   # forward ops come first:
+            step[owners[ok]] = target[ok]                             # no cycle, even in a file
         done = is_mod | (step < 0)
         cur = step.copy()
         while not done.all():
@@ -270,26 +286,36 @@ class Trace:
                                         if self._flags[i] & b)
             return s
 
-        def walk(i, prefix, last, depth):
-            conn = "" if depth == 0 else ("└─ " if last else "├─ ")
-            lines.append(prefix + conn + label(i))
-            if max_depth is not None and depth >= max_depth:
-                return
-            kids = [int(k) for k in self.children_of(i) if dur[k] >= min_duration_ns]
-            shown = kids if max_children is None else kids[:max_children]
-            sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
-            for j, k in enumerate(shown):
-                walk(k, sub, j == len(shown) - 1 and len(shown) == len(kids), depth + 1)
-            if len(shown) < len(kids):
-                rest = kids[len(shown):]
-                lines.append(sub + "└─ … %d more (%s)" % (len(rest), _fmt_ns(dur[rest].sum())))
+        def walk(top):
+            # explicit stack: traces nest up to 1024 levels per thread, past Python's recursion
+            # limit; an entry is a span (id, prefix, last, depth) or a ready line (str)
+            todo = [(top, "", True, 0)]
+            while todo:
+                item = todo.pop()
+                if isinstance(item, str):
+                    lines.append(item)
+                    continue
+                i, prefix, last, depth = item
+                conn = "" if depth == 0 else ("└─ " if last else "├─ ")
+                lines.append(prefix + conn + label(i))
+                if max_depth is not None and depth >= max_depth:
+                    continue
+                kids = [int(k) for k in self.children_of(i) if dur[k] >= min_duration_ns]
+                shown = kids if max_children is None else kids[:max_children]
+                sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+                if len(shown) < len(kids):
+                    rest = kids[len(shown):]
+                    todo.append(sub + "└─ … %d more (%s)" % (len(rest), _fmt_ns(dur[rest].sum())))
+                for j in range(len(shown) - 1, -1, -1):
+                    todo.append((shown[j], sub, j == len(shown) - 1 and len(shown) == len(kids),
+                                 depth + 1))
 
         if root is not None:
-            walk(self[int(getattr(root, "id", root))].id, "", True, 0)
+            walk(self[int(getattr(root, "id", root))].id)
         else:
             for r in np.nonzero(self._parent == NO_PARENT)[0]:
                 if dur[r] >= min_duration_ns:
-                    walk(int(r), "", True, 0)
+                    walk(int(r))
         if self.lost or self.counters.get("unmatched_end"):
             lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
         return "\n".join(lines)
@@ -325,13 +351,14 @@ class Trace:
             "flags": self._flags.astype(np.int64),
         })
         if len(self._akey):
-            owner = np.repeat(np.arange(n), self._attr_n.astype(np.int64))
+            owner = self._attr_owner()
             strings = np.array(self.strings, dtype=object)
             for k in np.unique(self._akey):
                 col = np.full(n, None, dtype=object)
                 is_k = self._akey == k
                 for typ, values in ((0, self._aint), (1, self._afloat), (2, None)):
                     sel = np.nonzero(is_k & (self._atype == typ))[0]
+                    sel = sel[owner[sel] >= 0]
                     if len(sel):
                         col[owner[sel]] = (strings[self._astr[sel]] if values is None
                                            else values[sel].tolist())

@@ -94,6 +94,30 @@ static uint32_t seqmap_get(const seqmap *m, int64_t tid, int64_t seq)
     return m->keys[j] ? m->ids[j] : XSP_NONE;
 }
 
+/* Op records with a sequence number: the entries the backward-link map needs. */
+static uint64_t count_seq_ops(const thread_view *v)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < v->count; i++) {
+        const xsp_rec *r = xsp_tbuf_rec(v->tb, i);
+        n += r->kind == XSP_KIND_OP && r->a0 >= 0;
+    }
+    return n;
+}
+
+/* Sizes the span array once, so merging does not double it repeatedly. 0 or -1. */
+static int reserve_spans(xsp_trace *t, uint32_t n)
+{
+    if (n <= t->cap_spans)
+        return 0;
+    xsp_span *s = realloc(t->spans, (size_t)n * sizeof *s);
+    if (!s)
+        return -1;
+    t->spans = s;
+    t->cap_spans = n;
+    return 0;
+}
+
 /* Step 1 for one thread. Returns 0 or -1 on allocation failure. */
 static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop)
 {
@@ -157,7 +181,9 @@ static int add_attrs(xsp_trace *t, xsp_span *s, const xsp_rec *r, const thread_v
         if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
             return -1;
         s->attr_n++;
-        if (r->kind == XSP_KIND_OP) {
+        if (!fwd->keys) {
+            /* no map: no link */
+        } else if (r->kind == XSP_KIND_OP) {
             seqmap_put(fwd, r->a1, r->a0, t->n_spans);
         } else {
             uint32_t f = seqmap_get(fwd, r->a1, r->a0);
@@ -289,14 +315,24 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         total += v[i].count;
         ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t, stop) == 0;
     }
-    uint32_t keys[3];
+    uint32_t keys[3] = {0, 0, 0};
     static const char *const type_key = "type";
     if (ok) {
         keys[0] = xsp_strtab_intern(&t->strings, INT_KEYS[0], strlen(INT_KEYS[0]));
         keys[1] = xsp_strtab_intern(&t->strings, INT_KEYS[1], strlen(INT_KEYS[1]));
         keys[2] = xsp_strtab_intern(&t->strings, type_key, strlen(type_key));
         ok = keys[0] != UINT32_MAX && keys[1] != UINT32_MAX && keys[2] != UINT32_MAX
-             && total < UINT32_MAX && seqmap_init(&fwd, (uint32_t)total) == 0;
+             && total < UINT32_MAX && reserve_spans(t, (uint32_t)total) == 0;
+    }
+    /* The backward links are a luxury: without memory for their map, the trace is still made
+     * and the counter "fwd_op.skipped" says so. */
+    uint64_t seq_ops = 0;
+    for (uint32_t i = 0; ok && i < n; i++)
+        seq_ops += count_seq_ops(&v[i]);
+    int linked = ok && seq_ops < (1u << 30) && seqmap_init(&fwd, (uint32_t)seq_ops) == 0;
+    if (!linked) {
+        seqmap_free(&fwd);
+        memset(&fwd, 0, sizeof fwd);
     }
     ok = ok && emit_all(t, v, n, &fwd, keys, map) == 0;
     if (ok && adopt)
@@ -305,7 +341,8 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         resolver rs = {v, n};
         ok = extra->fn(t, resolve, &rs, map, extra->arg) == 0;
     }
-    ok = ok && add_counters(t, bufs, n) == 0;
+    ok = ok && add_counters(t, bufs, n) == 0
+         && xsp_trace_add_counter(t, "fwd_op.skipped", linked ? 0 : (int64_t)seq_ops) == 0;
     ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0
          && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)xsp_clock_to_ns(map, stop)) == 0
          && xsp_trace_set_meta_str(t, "clock", map->ns_per_tick ? "tsc" : "monotonic") == 0

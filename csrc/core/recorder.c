@@ -44,9 +44,11 @@ typedef struct xsp_session {
     uint64_t cap;                /* max_bytes */
     int adopt_roots;             /* config.adopt_roots */
     uint64_t start_ticks;        /* clock at start */
+    int fake;                    /* the fake clock was on at start: readings are ns */
     char *pool;                  /* pool_n chunks reserved at start; owned */
     uint32_t pool_n;             /* chunks in the pool */
-    _Atomic uint32_t pool_next;  /* next unused pool chunk (may run past pool_n) */
+    _Atomic uint32_t pool_next;  /* next unused pool chunk, at most pool_n */
+    _Atomic int full;            /* sticky: the cap was reached, no more chunks this session */
     _Atomic uint64_t bytes;      /* bytes charged against cap */
 } xsp_session;
 
@@ -91,12 +93,31 @@ static void fence_all(void)
 
 static void on_thread_exit(void *p)
 {
+    /* forget it first: a later destructor that records attaches a fresh buffer (glibc runs
+     * destructors again for keys set during a destructor pass), never this one, which a stop
+     * may free from now on */
+    tls_tb = NULL;
     atomic_store(&((xsp_tbuf *)p)->dead, 1);
+}
+
+/* In a forked child (a DataLoader worker, say) the parent's session must not go on
+ * recording into copies of its buffers that nobody will read: the child starts with no
+ * session, a fresh lock and no buffers (the copies are leaked, never touched again). */
+static void on_fork_child(void)
+{
+    uint64_t gen = atomic_load(&g_gen);
+    atomic_store(&g_gen, (gen | 1) + 1);
+    pthread_mutex_init(&g_lock, NULL);
+    atomic_store(&g_registry, NULL);
+    tls_tb = NULL;
+    g_sess.pool = NULL;
+    g_sess.pool_n = 0;
 }
 
 static void make_key(void)
 {
     pthread_key_create(&g_key, on_thread_exit);
+    pthread_atfork(NULL, NULL, on_fork_child);
 }
 
 /* Slow path, once per thread: creates and publishes the thread's buffer. NULL on OOM. */
@@ -156,8 +177,14 @@ static int tbuf_new_chunk(xsp_tbuf *tb)
         tb->chunks = c;
         tb->cap_chunks = cap;
     }
+    if (atomic_load_explicit(&g_sess.full, memory_order_relaxed))
+        return -1;                       /* at the cap: no atomics per lost span */
     xsp_rec *chunk = NULL;
-    uint32_t i = atomic_fetch_add_explicit(&g_sess.pool_next, 1, memory_order_relaxed);
+    uint32_t i = atomic_load_explicit(&g_sess.pool_next, memory_order_relaxed);
+    while (i < g_sess.pool_n   /* saturating: the counter never runs past pool_n */
+           && !atomic_compare_exchange_weak_explicit(&g_sess.pool_next, &i, i + 1,
+                                                     memory_order_relaxed, memory_order_relaxed))
+        ;
     if (i < g_sess.pool_n) {
         chunk = (xsp_rec *)(g_sess.pool + (uint64_t)i * CHUNK_BYTES);
     } else if (charge(CHUNK_BYTES)) {
@@ -165,8 +192,10 @@ static int tbuf_new_chunk(xsp_tbuf *tb)
         if (!chunk)
             atomic_fetch_sub_explicit(&g_sess.bytes, CHUNK_BYTES, memory_order_relaxed);
     }
-    if (!chunk)
+    if (!chunk) {
+        atomic_store_explicit(&g_sess.full, 1, memory_order_relaxed);
         return -1;
+    }
     tb->chunks[tb->n_chunks++] = chunk;
     tb->slot = 0;
     return 0;
@@ -226,7 +255,8 @@ static inline xsp_tbuf *enter(void)
         /* stop's membarrier() turns this compiler barrier into a full fence when it matters */
         atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
         atomic_signal_fence(memory_order_seq_cst);
-        gen = atomic_load_explicit(&g_gen, memory_order_relaxed);
+        /* acquire: the session state start published before the generation is visible */
+        gen = atomic_load_explicit(&g_gen, memory_order_acquire);
     } else {
         atomic_store_explicit(&tb->busy, 1, memory_order_seq_cst);
         gen = atomic_load_explicit(&g_gen, memory_order_seq_cst);
@@ -306,19 +336,18 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
     xsp_tbuf *tb = enter();
     if (!tb)
         return;
-    if (__builtin_expect(tb->overflow != 0, 0)) {
-        tb->overflow--;               /* the innermost spans were the ones not pushed */
-        leave(tb);
-        return;
-    }
     uint32_t d = tb->depth;
     while (d > 0 && tb->stack[d - 1].key != key)
         d--;
     if (__builtin_expect(d == 0, 0)) {
-        tb->unmatched++;
+        if (tb->overflow)
+            tb->overflow--;           /* the end of a span begun past the depth limit */
+        else
+            tb->unmatched++;
         leave(tb);
         return;
     }
+    tb->overflow = 0;                 /* an enclosing span ends: the spans past the limit too */
     for (uint32_t i = tb->depth; i > d; i--) {
         xsp_open *e = &tb->stack[i - 1];
         if (e->rec) {
@@ -369,6 +398,7 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
         return -1;
     }
     probe_membarrier();
+    pthread_once(&g_key_once, make_key);
     uint64_t cap = cfg && cfg->max_bytes ? cfg->max_bytes : DEFAULT_CAP;
     uint64_t pool = cfg && cfg->pool_bytes ? cfg->pool_bytes : DEFAULT_POOL;
     if (pool > cap)
@@ -390,8 +420,10 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
     g_sess.pool = mem;
     g_sess.pool_n = pool_n;
     atomic_store(&g_sess.pool_next, 0);
+    atomic_store(&g_sess.full, 0);
     atomic_store(&g_sess.bytes, (uint64_t)pool_n * CHUNK_BYTES);
     xsp_clock_init();
+    g_sess.fake = atomic_load(&xsp_fake_step) != 0;
     g_sess.start_ticks = xsp_clock_ticks();
     g_sess.gen = atomic_load(&g_gen) + 1;
     atomic_store(&g_gen, g_sess.gen);
@@ -446,7 +478,6 @@ int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err
         snprintf(err, errlen, "no recording session is active");
         return -1;
     }
-    uint64_t stop_ticks = xsp_clock_ticks();
     atomic_store(&g_gen, gen + 1);
     fence_all();
     uint32_t n = 0, cap = 16;
@@ -468,7 +499,9 @@ int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err
         }
         bufs[n++] = tb;
     }
-    xsp_clock_map map = xsp_clock_calibrate();
+    /* after the wait: no span begun in this session can start after the stop time */
+    uint64_t stop_ticks = g_sess.fake ? xsp_clock_ns() : xsp_clock_ticks();
+    xsp_clock_map map = g_sess.fake ? (xsp_clock_map){0, 0, 0.0} : xsp_clock_calibrate();
     xsp_trace *t = bufs ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
                                     g_sess.adopt_roots, extra)
                         : NULL;

@@ -109,7 +109,7 @@ static PyObject *core_end(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
 static PyObject *core_now(PyObject *mod, PyObject *Py_UNUSED(ignored))
 {
     (void)mod;
-    return PyLong_FromUnsignedLongLong(xsp_clock_now());
+    return PyLong_FromUnsignedLongLong(xsp_clock_ns());
 }
 
 static PyObject *core_set_fake_clock(PyObject *mod, PyObject *args)
@@ -118,6 +118,8 @@ static PyObject *core_set_fake_clock(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "KK:set_fake_clock", &start, &step))
         return NULL;
     (void)mod;
+    if (xsp_session_active())
+        return PyErr_Format(PyExc_RuntimeError, "set_fake_clock: not while a session records");
     xsp_clock_set_fake(start, step);
     Py_RETURN_NONE;
 }
@@ -196,7 +198,7 @@ static PyMethodDef core_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))core_begin, METH_FASTCALL,
      "begin(level, kind, name, name2=None) -> key"},
     {"end", (PyCFunction)(void (*)(void))core_end, METH_FASTCALL, "end(key, flags=0)"},
-    {"now", core_now, METH_NOARGS, "now() -> int: the session clock in ns."},
+    {"now", core_now, METH_NOARGS, "now() -> int: CLOCK_MONOTONIC (or the fake clock) in ns."},
     {"set_fake_clock", core_set_fake_clock, METH_VARARGS,
      "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
     {"load", core_load, METH_O, "load(path) -> TraceData"},

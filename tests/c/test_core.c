@@ -264,6 +264,27 @@ static void test_depth(void)
     CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
     CHECK_EQ_U(t->spans[XSP_MAX_DEPTH].parent, XSP_NO_PARENT);
     xsp_trace_free(t);
+
+    /* An enclosing span that ends while spans past the limit are open ends them all (no
+     * later end is swallowed as theirs). */
+    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    for (uint64_t i = 0; i < n; i++)
+        begin(XSP_KIND_OP, "deep", i + 1);
+    xsp_rec_end(1, 0);                 /* the outermost, out of order */
+    for (uint64_t i = n; i > 1; i--)
+        xsp_rec_end(i, 0);             /* all unmatched now */
+    begin(XSP_KIND_OP, "after", 99999);
+    xsp_rec_end(99999, 0);
+    t = stop();
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, XSP_MAX_DEPTH + 1);
+    CHECK_EQ_U(xsp_trace_counter(t, "lost.depth"), 50);
+    CHECK_EQ_U(xsp_trace_counter(t, "forced_end"), XSP_MAX_DEPTH - 1);
+    CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), n - 1);
+    CHECK_EQ_U(t->spans[XSP_MAX_DEPTH].parent, XSP_NO_PARENT);
+    CHECK(strcmp(name_of(t, XSP_MAX_DEPTH), "after") == 0);
+    xsp_trace_free(t);
 }
 
 #define NTHREADS 4

@@ -159,7 +159,8 @@ def test_region_is_the_single_root_on_the_main_thread(which, request):
     assert trace.meta["hook_errors"] == 0
     assert trace.lost == 0
     assert trace.counters == {"lost.cap": 0, "lost.depth": 0, "unmatched_end": 0,
-                              "forced_end": 0, "open_at_stop": 0}
+                              "forced_end": 0, "open_at_stop": 0,
+                              "fwd_op.skipped": 0}
     # no step() call: no step span at all
     assert trace.spans(kind="step") == []
     assert all(s.flags == 0 for s in trace)

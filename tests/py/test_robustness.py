@@ -94,7 +94,8 @@ def test_exception_inside_a_forward_closes_the_module_spans(fake_clock):
         (5, 4, "op", "aten::add", 1100, 1110, 0),
     ]
     assert trace.counters == {"lost.cap": 0, "lost.depth": 0, "unmatched_end": 0,
-                              "forced_end": 0, "open_at_stop": 0}
+                              "forced_end": 0, "open_at_stop": 0,
+                              "fwd_op.skipped": 0}
     assert trace.meta["hook_errors"] == 0
 
 
