@@ -1,7 +1,8 @@
 """Build script for xsp's native modules.
 
-xsp._core   C11: the span core (csrc/core), the trace file (csrc/io) and the CPython binding
-            (csrc/python/coremod.c). Needs msgpack-c, found through pkg-config.
+xsp._core   C11: the span core (csrc/core), the trace file (csrc/io), the GPU source
+            (csrc/gpu, when CUPTI's headers are found) and the CPython binding (csrc/python).
+            Needs msgpack-c, found through pkg-config.
 xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
             against the torch installed in the build environment, so install with
             `pip install --no-build-isolation .` after installing torch. Skipped (with a
@@ -10,6 +11,7 @@ xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module 
 Environment:
   XSP_DEV=1            warnings are errors, -O1 -g (the dev and test builds)
   XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
+  XSP_NO_CUPTI=1       build without level G even where CUPTI's headers exist
 """
 import glob
 import os
@@ -53,13 +55,45 @@ TLS = ["-mtls-dialect=gnu2"] if platform.machine() in ("x86_64", "AMD64") else [
 
 mp_cflags, mp_libs = pkgconfig(["msgpack-c", "msgpack"])
 
+def find_cupti_include():
+    """The folder holding cupti.h: $CUDA_HOME, /usr/local/cuda, or the nvidia-cuda-cupti
+    package's include/ (for pip-only CUDA installs). None when absent: G is then unavailable."""
+    cands = []
+    if os.environ.get("CUDA_HOME"):
+        cands.append(os.path.join(os.environ["CUDA_HOME"], "include"))
+    cands.append("/usr/local/cuda/include")
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia.cuda_cupti")
+        if spec and spec.submodule_search_locations:
+            for loc in spec.submodule_search_locations:
+                cands.append(os.path.join(loc, "include"))
+    except Exception:  # no nvidia namespace package
+        pass
+    for c in cands:
+        if os.path.isfile(os.path.join(c, "cupti.h")):
+            return c
+    return None
+
+
+CUPTI_INC = None if os.environ.get("XSP_NO_CUPTI") == "1" else find_cupti_include()
+GPU_SRC, GPU_ARGS, GPU_LIBS = [], [], []
+if CUPTI_INC:
+    GPU_SRC = rel("csrc/gpu/*.c")
+    GPU_ARGS = ["-DXSP_HAVE_CUPTI=1", "-I" + CUPTI_INC]
+    GPU_LIBS = ["-ldl"]
+else:
+    print("xsp: warning: CUPTI headers not found ($CUDA_HOME/include, /usr/local/cuda/include, "
+          "nvidia-cuda-cupti): building without level G")
+
 core = Extension(
     "xsp._core",
     sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
-    + rel("csrc/python/tracedata.c"),
+    + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c") + GPU_SRC,
     include_dirs=["csrc"],
-    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags,
-    extra_link_args=mp_libs,
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
+    + GPU_ARGS,
+    extra_link_args=mp_libs + GPU_LIBS,
 )
 
 exts = [core]

@@ -7,12 +7,13 @@
 
 Levels: M (model: the profiled block, each top-level model call, steps), L (layer: nn.Module
 forwards and the aten ops, autograd backward functions and record_function scopes inside them),
-G (GPU: CUPTI kernels, copies and CUDA API calls; not available in this version).
+G (GPU: CUDA API calls, kernels, memcpy and memset from CUPTI, each under the op that launched
+it; needs a CUDA device).
 
 `import xsp` does not import torch; the torch shim is loaded when a profile needs it.
 """
 from ._core import TraceFormatError
-from .errors import LevelUnavailableError, ProfilerError
+from .errors import LevelUnavailableError, ProfilerError, XSPWarning
 from .levels import parse_levels
 from .profiler import profile
 from .trace import Span, Trace, load
@@ -28,5 +29,6 @@ __all__ = [
     "TraceFormatError",
     "ProfilerError",
     "LevelUnavailableError",
+    "XSPWarning",
     "__version__",
 ]

@@ -7,3 +7,7 @@ class ProfilerError(RuntimeError):
 
 class LevelUnavailableError(ProfilerError):
     """A requested level cannot be recorded in this build or on this machine."""
+
+
+class XSPWarning(UserWarning):
+    """Something was recorded differently from what was asked (e.g. G dropped by gpu_fallback)."""

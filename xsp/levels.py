@@ -1,7 +1,5 @@
 """The level letters of XSP's leveled measurement: M (model), L (layer), G (GPU)."""
 
-from .errors import LevelUnavailableError
-
 LEVEL_NAMES = {"M": "model", "L": "layer", "G": "GPU"}
 ORDER = "MLG"
 _SEPARATORS = " ,/+"
@@ -11,9 +9,9 @@ def parse_levels(levels):
     """Returns the levels as a string of letters in M, L, G order.
 
     Accepts letters in any order and case, optionally separated by spaces, commas, slashes or
-    plus signs ("MLG", "lm", "M/L"). Raises TypeError for a non-string, ValueError naming the
-    valid letters for an unknown letter or an empty string, and LevelUnavailableError for G,
-    which this version of xsp cannot record yet.
+    plus signs ("MLG", "lm", "M/L"). Raises TypeError for a non-string and ValueError naming the
+    valid letters for an unknown letter or an empty string.  Whether G can be recorded here is
+    decided when a profile starts (xsp.profile raises LevelUnavailableError).
     """
     if not isinstance(levels, str):
         raise TypeError("levels must be a string of level letters such as 'ML', not %s"
@@ -31,8 +29,4 @@ def parse_levels(levels):
     if not letters:
         raise ValueError("levels=%r names no level; use letters from M (model), L (layer), G (GPU)"
                          % (levels,))
-    if "G" in letters:
-        raise LevelUnavailableError(
-            "level G (GPU: CUPTI kernels, memcpy/memset and CUDA API calls) is not available in "
-            "this version of xsp; profile with levels made of M and L (e.g. levels='ML')")
     return "".join(c for c in ORDER if c in letters)

@@ -17,10 +17,11 @@ import os
 import sys
 import threading
 import traceback
+import warnings
 import weakref
 
 from . import _core
-from .errors import ProfilerError
+from .errors import LevelUnavailableError, ProfilerError, XSPWarning
 from .levels import parse_levels
 from .trace import Trace
 
@@ -161,15 +162,25 @@ class profile:
             prof.step()            # optional: marks the end of an iteration
         trace = prof.trace         # an xsp.Trace
 
-    levels: letters M, L (G is not available yet), any order and case.
+    levels: letters M, L, G in any order and case.  G needs a CUDA device, a CUDA build of torch
+        and an xsp built with CUPTI's headers; otherwise starting raises LevelUnavailableError
+        saying which is missing, or, with gpu_fallback=True, warns and records M and L only.
     name: the region span's name.
     max_memory: cap in bytes on recording memory; spans past it are counted in the trace's
         counters ("lost.cap"), never a crash.
+    gpu_max_memory: cap in bytes on the GPU records kept (past it they are counted in
+        "gpu.lost"); CUPTI's own buffers come on top (8 MiB each, at most 32).
     Only one profile records at a time; starting a second raises ProfilerError.
     """
 
-    def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30):
+    def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
+                 gpu_fallback=False, gpu_max_memory=256 << 20):
         self.levels = parse_levels(levels)
+        self.gpu_fallback = bool(gpu_fallback)
+        if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
+            raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
+                             % (gpu_max_memory,))
+        self.gpu_max_memory = gpu_max_memory
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
         if not isinstance(max_memory, int) or max_memory < MIN_MEMORY:
@@ -201,10 +212,12 @@ class profile:
         if self.trace is not None:
             raise ProfilerError("this xsp.profile has already run; create a new one")
         torch = None
-        if "L" in self.levels:
+        if "L" in self.levels or "G" in self.levels:
             torch = _import_torch()
         elif "torch" in sys.modules:
             torch = sys.modules["torch"]
+        if "G" in self.levels:
+            self._check_gpu(torch)
         shim = _load_shim(torch) if "L" in self.levels else None
         with _active_lock:
             if _active is not None:
@@ -213,7 +226,7 @@ class profile:
                     "session at a time: stop it before starting this one" % _active._where)
             self._where = _caller()
             self._thread = threading.get_ident()
-            _core.start(max_bytes=self.max_memory, adopt_roots=True)
+            self._start_core()
             _active = self
         try:
             if "M" in self.levels:
@@ -230,6 +243,44 @@ class profile:
         except BaseException:
             self._teardown()
             raise
+
+    def _check_gpu(self, torch):
+        """Raises LevelUnavailableError (or, with gpu_fallback, warns and drops G) when G cannot
+        be recorded here; loads libcupti otherwise."""
+        info = _core.gpu_info()
+        why = None
+        if not info["built"]:
+            why = info["reason"]
+        elif not torch.cuda.is_available():
+            why = ("no CUDA device or driver was found (torch.cuda.is_available() is False; "
+                   "this torch is %s)" % ("CUDA %s" % torch.version.cuda if torch.version.cuda
+                                          else "a CPU-only build"))
+        else:
+            try:
+                _core.gpu_open(_cupti_dirs(torch))
+            except _core.GPUError as exc:
+                why = str(exc).replace("xsp: ", "", 1)
+        if why is not None:
+            self._no_gpu("level G cannot be recorded: " + why)
+
+    def _no_gpu(self, msg):
+        if not self.gpu_fallback:
+            raise LevelUnavailableError(msg + "; profile with levels='ML', or pass "
+                                        "gpu_fallback=True to fall back to M and L")
+        warnings.warn(msg + "; recording levels %s only (gpu_fallback=True)"
+                      % self.levels.replace("G", ""), XSPWarning, stacklevel=4)
+        self.levels = self.levels.replace("G", "")
+
+    def _start_core(self):
+        if "G" not in self.levels:
+            _core.start(max_bytes=self.max_memory, adopt_roots=True)
+            return
+        try:
+            _core.start(max_bytes=self.max_memory, adopt_roots=True, gpu=True,
+                        gpu_max_bytes=self.gpu_max_memory)
+        except _core.GPUError as exc:
+            self._no_gpu("level G cannot be recorded: " + str(exc).replace("xsp: ", "", 1))
+            _core.start(max_bytes=self.max_memory, adopt_roots=True)
 
     def step(self):
         """Marks the end of one iteration: closes the current step span and opens the next.
@@ -269,6 +320,11 @@ class profile:
         global _active
         try:
             try:
+                if "G" in self.levels:
+                    # finish the GPU work, so that CUPTI's forced flush at stop delivers it all
+                    torch = sys.modules.get("torch")
+                    if torch is not None and torch.cuda.is_initialized():
+                        torch.cuda.synchronize()
                 if self._shim is not None:
                     self._shim.detach()
                 if self._modules is not None:
@@ -316,6 +372,21 @@ class profile:
     def __repr__(self):
         state = "recording" if _active is self else ("done" if self.trace is not None else "new")
         return "<xsp.profile levels=%s %s>" % (self.levels, state)
+
+
+def _cupti_dirs(torch):
+    """Folders to look for libcupti in, after a copy already loaded: the nvidia-cuda-cupti
+    package matching torch's CUDA (pip installs), then torch's own lib/."""
+    dirs = []
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia.cuda_cupti")
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append(os.path.join(loc, "lib"))
+    except (ImportError, ValueError):
+        pass
+    dirs.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
+    return [d for d in dirs if os.path.isdir(d)]
 
 
 def _after_fork_in_child():

@@ -16,6 +16,7 @@
 #include "../core/recorder.h"
 #include "../include/xsp_api.h"
 #include "../io/tracefile.h"
+#include "gpumod.h"
 #include "tracedata.h"
 
 static const xsp_core_api core_api = {
@@ -27,22 +28,30 @@ static const xsp_core_api core_api = {
     .session_active = xsp_session_active,
 };
 
+static xsp_core_state *xsp_state(PyObject *mod)
+{
+    return PyModule_GetState(mod);
+}
+
 /* Keys for spans begun from Python: high bit set, so they never equal an object address. */
 static _Atomic uint64_t next_key = 0;
 
 static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"max_bytes", "pool_bytes", "adopt_roots", NULL};
-    unsigned long long max_bytes = 0, pool_bytes = 0;
-    int adopt = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKp:start", kwlist, &max_bytes, &pool_bytes,
-                                     &adopt))
+    static char *kwlist[] = {"max_bytes", "pool_bytes", "adopt_roots", "gpu", "gpu_max_bytes",
+                             NULL};
+    unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
+    int adopt = 1, gpu = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKppK:start", kwlist, &max_bytes, &pool_bytes,
+                                     &adopt, &gpu, &gpu_max))
         return NULL;
     xsp_config cfg = {.max_bytes = max_bytes, .pool_bytes = pool_bytes, .adopt_roots = adopt};
-    char err[256];
-    if (xsp_session_start(&cfg, err, sizeof err) != 0)
-        return PyErr_Format(PyExc_RuntimeError, "xsp: %s", err);
-    (void)mod;
+    char err[1024];
+    int rc = gpu ? xsp_pygpu_session_start(&cfg, gpu_max, err, sizeof err)
+                 : xsp_session_start(&cfg, err, sizeof err);
+    if (rc != 0)
+        return PyErr_Format(gpu ? xsp_state(mod)->gpu_error : PyExc_RuntimeError, "xsp: %s",
+                            err);
     Py_RETURN_NONE;
 }
 
@@ -50,14 +59,56 @@ static PyObject *core_stop(PyObject *mod, PyObject *Py_UNUSED(ignored))
 {
     xsp_core_state *st = PyModule_GetState(mod);
     xsp_trace *t;
-    char err[256];
+    char err[256], gpu_err[512] = "";
     int rc;
+    int gpu = xsp_pygpu_active();
     Py_BEGIN_ALLOW_THREADS
-    rc = xsp_session_stop(&t, err, sizeof err);
+    rc = gpu ? xsp_pygpu_session_stop(&t, gpu_err, sizeof gpu_err, err, sizeof err)
+             : xsp_session_stop(&t, err, sizeof err);
     Py_END_ALLOW_THREADS
     if (rc != 0)
         return PyErr_Format(PyExc_RuntimeError, "xsp: %s", err);
+    if (gpu_err[0] && xsp_trace_set_meta_str(t, "gpu_error", gpu_err) != 0) {
+        xsp_trace_free(t);
+        return PyErr_NoMemory();
+    }
     return xsp_tracedata_wrap(st->tracedata_type, t);
+}
+
+/* gpu_info() -> dict(built=bool, reason=str|None, library=str|None) */
+static PyObject *core_gpu_info(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    (void)mod;
+    const char *why;
+    int built = xsp_pygpu_built(&why);
+    const char *lib = xsp_pygpu_library();
+    return Py_BuildValue("{s:O,s:s,s:s}", "built", built ? Py_True : Py_False, "reason", why,
+                         "library", lib);
+}
+
+/* gpu_open(dirs) -> str: loads libcupti, searching dirs after a copy already loaded. */
+static PyObject *core_gpu_open(PyObject *mod, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "gpu_open() needs a list of folders");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 8)
+        n = 8;
+    const char *dirs[8];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        dirs[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!dirs[i]) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    char err[4096];
+    int rc = xsp_pygpu_open(dirs, (size_t)n, err, sizeof err);
+    Py_DECREF(seq);
+    if (rc != 0)
+        return PyErr_Format(xsp_state(mod)->gpu_error, "xsp: %s", err);
+    return PyUnicode_FromString(xsp_pygpu_library() ? xsp_pygpu_library() : "");
 }
 
 static PyObject *core_active(PyObject *mod, PyObject *Py_UNUSED(ignored))
@@ -192,8 +243,10 @@ static PyObject *core_loads(PyObject *mod, PyObject *arg)
 
 static PyMethodDef core_methods[] = {
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
-     "start(max_bytes=0, pool_bytes=0, adopt_roots=True): begin recording."},
+     "start(max_bytes=0, pool_bytes=0, adopt_roots=True, gpu=False, gpu_max_bytes=0)"},
     {"stop", core_stop, METH_NOARGS, "stop() -> TraceData: stop recording and merge."},
+    {"gpu_info", core_gpu_info, METH_NOARGS, "gpu_info() -> dict(built, reason, library)"},
+    {"gpu_open", core_gpu_open, METH_O, "gpu_open(dirs) -> path of the libcupti loaded"},
     {"active", core_active, METH_NOARGS, "active() -> bool"},
     {"begin", (PyCFunction)(void (*)(void))core_begin, METH_FASTCALL,
      "begin(level, kind, name, name2=None) -> key"},
@@ -234,6 +287,11 @@ static int core_exec(PyObject *m)
         PyExc_ValueError, NULL);
     if (!st->format_error || PyModule_AddObjectRef(m, "TraceFormatError", st->format_error) < 0)
         return -1;
+    st->gpu_error = PyErr_NewExceptionWithDoc(
+        "xsp._core.GPUError", "Level G cannot be recorded: CUPTI, the device or the build.",
+        PyExc_RuntimeError, NULL);
+    if (!st->gpu_error || PyModule_AddObjectRef(m, "GPUError", st->gpu_error) < 0)
+        return -1;
     PyObject *cap = PyCapsule_New((void *)&core_api, XSP_CORE_API_CAPSULE, NULL);
     int rc = cap ? PyModule_AddObjectRef(m, "_C_API", cap) : -1;
     Py_XDECREF(cap);
@@ -257,6 +315,7 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
     xsp_core_state *st = PyModule_GetState(m);
     Py_VISIT(st->tracedata_type);
     Py_VISIT(st->format_error);
+    Py_VISIT(st->gpu_error);
     return 0;
 }
 
@@ -265,6 +324,7 @@ static int core_clear(PyObject *m)
     xsp_core_state *st = PyModule_GetState(m);
     Py_CLEAR(st->tracedata_type);
     Py_CLEAR(st->format_error);
+    Py_CLEAR(st->gpu_error);
     return 0;
 }
 

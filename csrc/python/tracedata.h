@@ -28,6 +28,7 @@ PyObject *xsp_tracedata_wrap(PyTypeObject *tp, xsp_trace *t);
 typedef struct {
     PyTypeObject *tracedata_type;   /* xsp._core.TraceData */
     PyObject *format_error;         /* xsp._core.TraceFormatError (a ValueError) */
+    PyObject *gpu_error;            /* xsp._core.GPUError (a RuntimeError) */
 } xsp_core_state;
 
 #endif

@@ -1,0 +1,73 @@
+"""Level G on a machine without a usable GPU (this one and CI): a clear error naming what is
+missing, an explicit fallback to M and L, and nothing left running.  The GPU-side logic itself
+is tested in C on synthetic CUPTI buffers (tests/c/test_gpu.c, test_gpu_merge.c); the checks
+on a real device are in tests/gpu/."""
+import warnings
+
+import pytest
+import torch
+
+import xsp
+from xsp import _core
+from helpers import check_tree
+import models
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="a CUDA device is present: see tests/gpu")
+
+
+@pytest.mark.parametrize("levels", ["G", "MLG", "LG"])
+def test_g_without_a_device_raises_a_clear_error(levels):
+    with pytest.raises(xsp.LevelUnavailableError) as ei:
+        with xsp.profile(levels=levels):
+            pytest.fail("the block must not run")
+    msg = str(ei.value)
+    assert msg.startswith("level G cannot be recorded: ")
+    assert "no CUDA device or driver was found" in msg
+    assert "gpu_fallback=True" in msg
+    assert isinstance(ei.value, xsp.ProfilerError)
+    assert not _core.active() and not xsp._torch.attached()
+    # and the next profile starts normally
+    with xsp.profile(levels="M") as prof:
+        pass
+    assert [s.kind for s in prof.trace] == ["region"]
+
+
+def test_gpu_fallback_warns_and_records_m_and_l():
+    model, x = models.cnn()
+    models.fwd(model, x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with xsp.profile(levels="MLG", gpu_fallback=True) as prof:
+            models.fwd(model, x)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, xsp.XSPWarning)]
+    assert len(msgs) == 1
+    assert "no CUDA device or driver was found" in msgs[0]
+    assert "recording levels ML only (gpu_fallback=True)" in msgs[0]
+    assert prof.levels == "ML"
+    trace = prof.trace
+    check_tree(trace)
+    assert trace.meta["levels"] == "ML"
+    assert set(trace._level.tolist()) == {0, 1}
+    assert "gpu.records" not in trace.counters
+
+
+def test_core_gpu_start_error_path_leaves_nothing_running():
+    """The C path below Python: libcupti loads (CUDA toolkit present), but without a device
+    CUPTI refuses to subscribe (CUPTI_ERROR_UNKNOWN); the core session it had started is
+    stopped again and the span hooks removed."""
+    info = _core.gpu_info()
+    if not info["built"]:
+        pytest.skip(info["reason"])
+    try:
+        path = _core.gpu_open([])
+    except _core.GPUError as exc:
+        pytest.skip("no libcupti here: %s" % exc)
+    assert "libcupti" in path
+    with pytest.raises(_core.GPUError, match="no CUDA device or driver was found"):
+        _core.start(gpu=True)
+    assert not _core.active()
+    _core.start()                       # a plain session works, with no hooks left behind
+    _core.begin(0, 0, "r")
+    data = _core.stop()
+    assert len(data) == 1 and "gpu.records" not in data.counters()
