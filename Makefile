@@ -48,7 +48,7 @@ else
 endif
 
 pytest:
-	$(PY) -m pytest -q tests/py
+	$(PY) -m pytest -q tests/py tests/gpu
 
 # Benchmarks against torch.profiler (docs/performance.md). Slow: run on a quiet machine.
 bench: setup
