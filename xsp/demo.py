@@ -15,7 +15,8 @@ import time
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m xsp.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet", choices=["resnet", "transformer"])
-    ap.add_argument("--levels", default="ML", help="level letters (default ML; G needs a GPU)")
+    ap.add_argument("--levels", default=None,
+                    help="level letters (default: MLG with a CUDA device, else ML)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--depth", type=int, default=5, help="depth of the printed tree")
@@ -28,7 +29,11 @@ def main(argv=None):
     from xsp import models
 
     torch.set_num_threads(1)
+    cuda = torch.cuda.is_available()
+    levels = args.levels or ("MLG" if cuda else "ML")
     model, x = models.get(args.model, args.batch)
+    if cuda:
+        model, x = model.cuda(), x.cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def train_step():
@@ -41,7 +46,7 @@ def main(argv=None):
         train_step()
 
     t0 = time.perf_counter()
-    with xsp.profile(levels=args.levels, name="demo:%s" % args.model) as prof:
+    with xsp.profile(levels=levels, name="demo:%s" % args.model) as prof:
         for _ in range(args.steps):
             train_step()
             prof.step()
@@ -65,6 +70,17 @@ def main(argv=None):
     ops = ops.sort_values("sum", ascending=False).head(8)
     ops["self_ms"] = ops["sum"] / 1e6
     print(ops[["count", "self_ms"]].to_string())
+    kernels = df[df.kind == "kernel"]
+    if len(kernels):
+        print("\n== top GPU kernels by total time")
+        k = kernels.groupby("name")["duration_ns"].agg(["count", "sum"])
+        k = k.sort_values("sum", ascending=False).head(8)
+        k["total_ms"] = k["sum"] / 1e6
+        k.index = [n if len(n) < 70 else n[:67] + "..." for n in k.index]
+        print(k[["count", "total_ms"]].to_string())
+        print("GPU busy %.3f ms (kernels) across %d streams; %d kernels, %d copies, %d memsets"
+              % (kernels["duration_ns"].sum() / 1e6, kernels["thread"].nunique(), len(kernels),
+                 int((df.kind == "memcpy").sum()), int((df.kind == "memset").sum())))
     print("\ncounters:", tr.counters)
 
     os.makedirs(args.out, exist_ok=True)
