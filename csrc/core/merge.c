@@ -255,11 +255,14 @@ typedef struct resolver {
 static uint32_t resolve(void *ctx, uint64_t ext_id)
 {
     const resolver *rs = ctx;
-    uint32_t serial = (uint32_t)(ext_id >> 32), idx = (uint32_t)ext_id;
+    uint32_t serial = (uint32_t)(ext_id >> 40), gen = (uint32_t)(ext_id >> 32) & 0xFFu;
+    uint32_t idx = (uint32_t)ext_id;
     for (uint32_t i = 0; i < rs->n; i++) {
         const thread_view *tv = &rs->v[i];
-        if (tv->tb->serial != serial)
+        if ((tv->tb->serial & 0xFFFFFFu) != serial)
             continue;
+        if ((tv->tb->gen & 0xFFu) != gen)
+            return XSP_NO_PARENT;      /* left on CUPTI's stack by an earlier session */
         while (idx != XSP_NONE && idx < tv->count && tv->gid[idx] == XSP_NONE)
             idx = xsp_tbuf_rec(tv->tb, idx)->parent;      /* elided: its parent */
         return idx != XSP_NONE && idx < tv->count ? tv->gid[idx] : XSP_NO_PARENT;

@@ -322,7 +322,7 @@ done:
     if (__builtin_expect(g_hooks.push != NULL, 0)) {
         /* the innermost recorded span (this one, or its nearest recorded ancestor if it was
          * lost) becomes the external correlation id of GPU work launched from here */
-        g_hooks.push(xsp_ext_id(tb->serial, e->idx));
+        g_hooks.push(xsp_ext_id(tb->serial, tb->gen, e->idx));
         e->pushed = 1;
     }
     if (e->rec)

@@ -85,17 +85,18 @@ void xsp_rec_end(uint64_t key, uint32_t flags);
 
 /* Optional calls made on the hot path for every span begun / ended while set: the GPU source
  * pushes the span's external id as a CUPTI external correlation id (kind CUSTOM2) so that GPU
- * work launched inside the span can be tied to it.  An external id is (buffer serial << 32 |
- * local record index): see xsp_ext_id; the index is that of the innermost *recorded* span, or
- * XSP_NONE when no span is recorded on the thread. */
+ * work launched inside the span can be tied to it.  An external id is (buffer serial: 24 bits,
+ * session generation: 8 bits, local record index: 32 bits), see xsp_ext_id; the index is that of
+ * the innermost *recorded* span, or XSP_NONE when no span is recorded on the thread; the
+ * generation lets the merge reject ids left on CUPTI's stacks by an earlier session. */
 typedef struct xsp_span_hooks {
     void (*push)(uint64_t ext_id);   /* after a begin, before its timestamp */
     void (*pop)(void);               /* after an end's timestamp, once per push */
 } xsp_span_hooks;
 
-static inline uint64_t xsp_ext_id(uint32_t serial, uint32_t idx)
+static inline uint64_t xsp_ext_id(uint32_t serial, uint64_t gen, uint32_t idx)
 {
-    return ((uint64_t)serial << 32) | idx;
+    return ((uint64_t)(serial & 0xFFFFFFu) << 40) | ((gen & 0xFFu) << 32) | idx;
 }
 
 /* Installs (or with NULL removes) the span hooks.  Returns 0, or -1 while a session records

@@ -107,7 +107,7 @@ int main(void)
     CHECK_EQ_U(max_depth, 2);
     uint64_t ext_region = pushed[0], ext_mm = pushed[1], ext_add = pushed[2];
     CHECK_EQ_U(ext_mm & 0xFFFFFFFFu, 1);                    /* record index 1 on its buffer */
-    CHECK_EQ_U(ext_mm >> 32, ext_region >> 32);
+    CHECK_EQ_U(ext_mm >> 32, ext_region >> 32);             /* same buffer, same session */
 
     uint32_t tid = (uint32_t)syscall(SYS_gettid);
     xsp_gpu_store *s = xsp_gpu_store_new(0);
@@ -147,6 +147,10 @@ int main(void)
     /* a kernel whose launch was never seen (another thread, before the session): corr 99 */
     r = add_rec(s, XSP_KIND_KERNEL, "orphan", 1500, 1510, 99);
     r->device = 1; r->stream = 2;
+    /* an id left on CUPTI's stack by an earlier session (other generation): not misattributed */
+    add_ext(s, ext_mm ^ (1ull << 32), 5, 15);
+    r = add_rec(s, XSP_KIND_RUNTIME, "cudaMemsetAsync", 1074, 1075, 15);
+    r->u.api.tid = tid;
     /* one CUPTI could not time */
     r = add_rec(s, XSP_KIND_MEMSET, "Memset", 0, 0, 14);
     r->flags = XSP_GPU_F_NO_TIME;
@@ -160,7 +164,7 @@ int main(void)
     if (!t)
         return CHECK_DONE();
     CHECK(xsp_trace_check(t, err, sizeof err) == 0);
-    CHECK_EQ_U(t->n_spans, 4 + 10);   /* 11 GPU records, one untimed */
+    CHECK_EQ_U(t->n_spans, 4 + 11);   /* 12 GPU records, one untimed */
     uint32_t region = find(t, "region", 0), mm = find(t, "aten::mm", 0),
              add = find(t, "aten::add", 0), bwd = find(t, "MmBackward0", 0),
              launch = find(t, "cudaLaunchKernel", 0), gemm = find(t, "gemm_kernel", 0),
@@ -205,10 +209,11 @@ int main(void)
     CHECK_EQ_U(t->threads[t->spans[orphan].thread].tid, (1ull << 32) | 2);
     CHECK_EQ_U(attr(t, bwd, "fwd_op"), mm);                        /* renumbered */
     CHECK(find(t, "Memset", 0) == UINT32_MAX);
-    CHECK_EQ_U(xsp_trace_counter(t, "gpu.unattributed"), 1);
+    CHECK_EQ_U(t->spans[find(t, "cudaMemsetAsync", 0)].parent, region);
+    CHECK_EQ_U(xsp_trace_counter(t, "gpu.unattributed"), 2);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.no_time"), 1);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.dropped"), 2);
-    CHECK_EQ_U(xsp_trace_counter(t, "gpu.records"), 11);
+    CHECK_EQ_U(xsp_trace_counter(t, "gpu.records"), 12);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.clamped"), 0);
     /* ids grow with start time and every parent precedes its child */
     for (uint32_t i = 1; i < t->n_spans; i++)
