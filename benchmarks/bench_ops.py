@@ -10,7 +10,10 @@ timed in one process with the variants interleaved round by round:
 For each: ns per op above unprofiled inside the block, and end to end (block + stop + building
 the trace object; torch.profiler's exit is where it spends most).  Prints ratios.
 
-    python benchmarks/bench_ops.py [--ops 20000] [--rounds 7]
+    python benchmarks/bench_ops.py [--ops 2000] [--rounds 101]
+
+Short batches interleaved many times: this machine (a 2-core VM) drifts by tens of percent
+over seconds, so long batches would compare variants under different conditions.
 """
 import argparse
 import sys
@@ -25,8 +28,8 @@ from xsp import _torch
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", type=int, default=20000)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=101)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     a, b = torch.ones(8), torch.ones(8)

@@ -5,10 +5,16 @@ Every benchmark measures all variants in one process and interleaves them round 
 variants alike; it reports the median and the interquartile spread over rounds.
 """
 import os
-import platform
-import statistics
-import sys
-import time
+
+# numpy's OpenBLAS threads spin after BLAS work and steal one of few cores from the variants
+# being timed; torch is set to one thread by each benchmark too.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

@@ -16,7 +16,6 @@ under it; roots on other threads are adopted by the region at stop.
 import os
 import sys
 import threading
-import traceback
 import warnings
 import weakref
 
@@ -37,10 +36,11 @@ _active = None   # the profile currently recording, protected by _active_lock
 
 def _caller():
     """file:line of the user code that started a profile, for error messages."""
-    for frame in reversed(traceback.extract_stack()[:-3]):
-        if not frame.filename.startswith(__file__.rsplit("/", 1)[0]):
-            return "%s:%s" % (frame.filename, frame.lineno)
-    return "?"
+    here = os.path.dirname(os.path.abspath(__file__))
+    f = sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f = f.f_back
+    return "%s:%d" % (f.f_code.co_filename, f.f_lineno) if f is not None else "?"
 
 
 class _ModuleCalls:

@@ -55,6 +55,9 @@ typedef struct xsp_session {
 static _Atomic uint64_t g_gen = 0;               /* see above */
 static _Atomic(xsp_tbuf *) g_registry = NULL;    /* see above */
 static xsp_session g_sess;                       /* protected by g_lock, see above */
+static char *g_pool = NULL;                      /* the pool memory, kept between sessions;
+                                                    protected by g_lock */
+static uint32_t g_pool_n = 0;                    /* chunks in g_pool; protected by g_lock */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;                      /* thread-exit destructor marks tbuf dead */
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
@@ -112,6 +115,8 @@ static void on_fork_child(void)
     tls_tb = NULL;
     g_sess.pool = NULL;
     g_sess.pool_n = 0;
+    g_pool = NULL;                 /* the parent's; leaked in the child */
+    g_pool_n = 0;
 }
 
 static void make_key(void)
@@ -404,16 +409,25 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
     if (pool > cap)
         pool = cap;
     uint32_t pool_n = (uint32_t)(pool / CHUNK_BYTES);
+    /* The pool is kept between sessions (g_pool), so its pages are faulted in once per
+     * process, not at every start. */
     char *mem = NULL;
     if (pool_n) {
-        mem = malloc((size_t)pool_n * CHUNK_BYTES);
-        if (!mem) {
-            pthread_mutex_unlock(&g_lock);
-            snprintf(err, errlen, "cannot reserve %llu bytes of recording memory",
-                     (unsigned long long)pool);
-            return -1;
+        if (g_pool_n >= pool_n) {
+            mem = g_pool;
+        } else {
+            mem = malloc((size_t)pool_n * CHUNK_BYTES);
+            if (!mem) {
+                pthread_mutex_unlock(&g_lock);
+                snprintf(err, errlen, "cannot reserve %llu bytes of recording memory",
+                         (unsigned long long)pool);
+                return -1;
+            }
+            memset(mem, 0, (size_t)pool_n * CHUNK_BYTES);   /* fault the pages in now */
+            free(g_pool);
+            g_pool = mem;
+            g_pool_n = pool_n;
         }
-        memset(mem, 0, (size_t)pool_n * CHUNK_BYTES);   /* fault the pages in now, not later */
     }
     g_sess.cap = cap;
     g_sess.adopt_roots = cfg ? cfg->adopt_roots : 0;
@@ -509,8 +523,7 @@ int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err
         if (tb->gen == gen)
             tbuf_release(tb);
     free(bufs);
-    free(g_sess.pool);
-    g_sess.pool = NULL;
+    g_sess.pool = NULL;          /* stays allocated in g_pool for the next session */
     g_sess.pool_n = 0;
     reap_dead();
     pthread_mutex_unlock(&g_lock);
