@@ -52,6 +52,10 @@ pytest:
 
 # Benchmarks against torch.profiler (docs/performance.md). Slow: run on a quiet machine.
 bench: setup
+	@mkdir -p $(BIN)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Icsrc benchmarks/bench_core.c $(CORE_SRC) -lpthread \
+	    -o $(BIN)/bench_core
+	$(BIN)/bench_core
 	$(PY) benchmarks/bench_ops.py
 	$(PY) benchmarks/bench_models.py
 	$(PY) benchmarks/bench_size.py

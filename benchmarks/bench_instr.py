@@ -1,0 +1,95 @@
+"""Per-op cost in instructions (callgrind): deterministic where wall-clock timing on a small
+shared VM is not.  For each variant a child process runs 0 and N torch.add ops under valgrind;
+(instructions(N) - instructions(0)) / N is the marginal cost of one op:
+  in block     the child exits right after the loop (os._exit), so stopping is not counted
+  end to end   the child stops the profiler and builds its results (trace / events)
+Instructions are not time (rdtsc, cache misses and page faults cost differently), but they
+compare code paths exactly; bench_ops.py gives the wall-clock view.
+
+    python benchmarks/bench_instr.py [--ops 20000]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+import common
+
+VARIANTS = ("unprofiled", "floor", "torch.profiler", "xsp L")
+
+
+def child(variant, n, e2e):
+    import torch
+
+    import xsp
+    from xsp import _torch
+    torch.set_num_threads(1)
+    a, b = torch.ones(8), torch.ones(8)
+    for _ in range(200):
+        torch.add(a, b)
+    if variant == "floor":
+        _torch.floor_attach()
+    elif variant == "torch.profiler":
+        p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        p.__enter__()
+    elif variant == "xsp L":
+        p = xsp.profile(levels="L")
+        p.start()
+    for _ in range(n):
+        torch.add(a, b)
+    if not e2e:
+        os._exit(0)
+    if variant == "torch.profiler":
+        p.__exit__(None, None, None)
+        p.events()
+    elif variant == "xsp L":
+        p.stop()
+    elif variant == "floor":
+        _torch.floor_detach()
+    os._exit(0)
+
+
+def instructions(variant, n, e2e):
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           os.path.realpath(sys.executable), __file__, "--child", variant, str(n),
+           "1" if e2e else "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if not m:
+        raise RuntimeError("callgrind failed for %s %d: %s" % (variant, n, out.stderr[-2000:]))
+    return int(m.group(1))
+
+
+def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
+        return 0
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", type=int, default=20000)
+    args = ap.parse_args(argv)
+    n = args.ops
+    print("per-op cost in instructions (callgrind), torch.add on 8 floats, %d ops; %s"
+          % (n, common.machine()))
+    res = {}
+    for v in VARIANTS:
+        for e2e in (False, True):
+            res[v, e2e] = (instructions(v, n, e2e) - instructions(v, 0, e2e)) / n
+    base_b, base_e = res["unprofiled", False], res["unprofiled", True]
+    print("unprofiled: %.0f instructions/op" % base_b)
+    print("%-16s %24s %26s" % ("variant", "in block, instr/op above", "end to end, instr/op above"))
+    over = {}
+    for v in VARIANTS[1:]:
+        over[v] = (res[v, False] - base_b, res[v, True] - base_e)
+        print("%-16s %24.0f %26.0f" % (v, over[v][0], over[v][1]))
+    fb = over["floor"][0]
+    xb, xe = over["xsp L"]
+    tb, te = over["torch.profiler"]
+    print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
+          "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
+          % (xb / fb, xb / tb, te / xe))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
