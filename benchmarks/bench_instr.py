@@ -82,12 +82,7 @@ def main(argv=None):
     for v in VARIANTS[1:]:
         over[v] = (res[v, False] - base_b, res[v, True] - base_e)
         print("%-16s %24.0f %26.0f" % (v, over[v][0], over[v][1]))
-    fb = over["floor"][0]
-    xb, xe = over["xsp L"]
-    tb, te = over["torch.profiler"]
-    print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
-          "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
-          % (xb / fb, xb / tb, te / xe))
+    common.print_ratios(over)
     return 0
 
 

@@ -90,12 +90,7 @@ def main(argv=None):
         oe = [x - base_e for x in res[k]["e2e"]]
         over[k] = (common.med(ob), common.med(oe))
         print("%-16s %22s %22s" % (k, common.fmt(ob), common.fmt(oe)))
-    fb, fe = over["floor"]
-    xb, xe = over["xsp L"]
-    tb, te = over["torch.profiler"]
-    print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
-          "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
-          % (xb / fb, xb / tb, te / xe))
+    common.print_ratios(over)
     return 0
 
 

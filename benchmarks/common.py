@@ -70,3 +70,14 @@ def fmt(xs, unit=""):
 
 def now():
     return time.perf_counter_ns()
+
+
+def print_ratios(over):
+    """over: variant -> (in-block cost above unprofiled, end-to-end cost above unprofiled), for
+    "floor", "torch.profiler" and "xsp L"; prints the ratios the targets are stated in."""
+    fb = over["floor"][0]
+    xb, xe = over["xsp L"]
+    tb, te = over["torch.profiler"]
+    print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
+          "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
+          % (xb / fb, xb / tb, te / xe))
