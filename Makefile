@@ -58,8 +58,10 @@ bench: setup
 	$(BIN)/bench_core
 	$(PY) benchmarks/bench_ops.py
 	$(PY) benchmarks/bench_models.py
+	$(PY) benchmarks/bench_modules.py
 	$(PY) benchmarks/bench_size.py
 	$(PY) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_instr.py
 
 clean:
 	rm -rf build $(BIN) xsp/*.so *.egg-info
