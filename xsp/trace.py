@@ -35,7 +35,7 @@ def _fmt_ns(ns):
 
 
 class Trace:
-    """One merged, hierarchical trace: model -> modules -> ops (and later GPU work).
+    """One merged, hierarchical trace: model -> modules -> ops -> CUDA API calls and GPU work.
 
     len(trace), iteration (Span objects in id order, i.e. by start time), trace[i],
     trace.roots(), trace.tree(), trace.to_pandas(), trace.save(path),
