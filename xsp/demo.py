@@ -59,11 +59,13 @@ def main(argv=None):
     print("\n== tree of %s (depth <= %d, spans >= 20 us, 12 children at most)"
           % (first.name, args.depth))
     print(tr.tree(root=first, max_depth=args.depth, min_duration_ns=20_000, max_children=12))
-    print("\n== top layers (leaf modules, all steps)")
+    print("\n== top layers (leaf modules, all steps; share = forward share of the profiled time)")
     top = tr.top(10)
-    top["total_ms"] = top["total_ns"] / 1e6
+    top["forward_ms"] = top["total_ns"] / 1e6
+    top["backward_ms"] = top["backward_ns"] / 1e6
     top["share"] = (100 * top["share"]).round(1).astype(str) + " %"
-    print(top[["name", "type", "calls", "total_ms", "share"]].to_string(index=False))
+    print(top[["name", "type", "calls", "forward_ms", "backward_ms", "share"]]
+          .to_string(index=False))
     print("\n== top ops by self time")
     df = tr.to_pandas()
     ops = df[df.kind == "op"].groupby("name")["self_ns"].agg(["count", "sum"])

@@ -367,7 +367,9 @@ class Trace:
 
     def top(self, n=10, kind="module", leaf_only=True):
         """The n names of the given kind with the most total time, as a DataFrame with columns
-        name, type, calls, total_ns, mean_ns, self_ns, share (of the profiled time).
+        name, type, calls, total_ns, mean_ns, self_ns, share (of the profiled time), and for
+        kind "module" or "model" also backward_ns: the time of the autograd backward functions
+        that differentiate the forward ops run in that module (see to_pandas' module column).
         leaf_only keeps spans with no child of the same kind (for modules: the layers)."""
         df = self.to_pandas()
         sel = df[df["kind"] == kind]
@@ -386,7 +388,12 @@ class Trace:
         g["mean_ns"] = g["total_ns"] // g["calls"]
         g["share"] = g["total_ns"] / total if total else 0.0
         g = g.sort_values("total_ns", ascending=False).head(n).reset_index()
-        return g[["name", "type", "calls", "total_ns", "mean_ns", "self_ns", "share"]]
+        cols = ["name", "type", "calls", "total_ns", "mean_ns", "self_ns", "share"]
+        if kind in ("module", "model"):
+            bw = df[df["kind"] == "backward"].groupby("module")["duration_ns"].sum()
+            g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64)
+            cols.insert(6, "backward_ns")
+        return g[cols]
 
     def to_chrome_trace(self, path):
         """Writes Chrome trace event JSON (chrome://tracing, Perfetto UI): one track per thread,

@@ -188,7 +188,9 @@ def test_top(tiny):
         ["aten::mul", 2, 20, 10, 20], ["aten::add", 1, 10, 10, 10]]
     assert ops["share"].tolist() == [20 / 130, 10 / 130]
     mods = tiny.top()                      # kind="module", leaf modules only
-    assert mods.values.tolist() == [["inner", "Add", 1, 30, 30, 20, 30 / 130]]
+    assert list(mods.columns) == ["name", "type", "calls", "total_ns", "mean_ns", "self_ns",
+                                  "backward_ns", "share"]
+    assert mods.values.tolist() == [["inner", "Add", 1, 30, 30, 20, 0, 30 / 130]]
     assert tiny.top(kind="op", n=1)["name"].tolist() == ["aten::mul"]
 
 
@@ -300,3 +302,23 @@ def test_empty_trace_views():
         "self_ns", "thread", "depth", "module", "flags"]
     assert len(t.top()) == 0
     assert t.spans(kind="op") == [] and t.self_ns.tolist() == []
+
+
+def test_top_attributes_backward_time_to_layers():
+    """A layer's backward_ns in top() is the time of the backward functions linked (fwd_op) to
+    the forward ops that ran in it."""
+    model, x = models.cnn()
+    models.fwd_bwd(model, x)
+    with xsp.profile() as prof:
+        models.fwd_bwd(model, x)
+    tr = prof.trace
+    top = tr.top(n=100).set_index("name")
+    df = tr.to_pandas()
+    bw = df[df.kind == "backward"]
+    conv = "layer1.0.conv1"
+    expected = int(bw[bw.module == conv]["duration_ns"].sum())
+    assert expected > 0
+    assert int(top.loc[conv, "backward_ns"]) == expected
+    # each of those backward functions is linked to a forward op inside that Conv2d
+    for fid in bw[bw.module == conv]["fwd_op"]:
+        assert conv in [a.name for a in tr[int(fid)].ancestors()]
