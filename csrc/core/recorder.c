@@ -117,6 +117,7 @@ static void on_fork_child(void)
     g_sess.pool_n = 0;
     g_pool = NULL;                 /* the parent's; leaked in the child */
     g_pool_n = 0;
+    g_hooks = (xsp_span_hooks){NULL, NULL};   /* the parent's CUPTI session is not ours */
 }
 
 static void make_key(void)
