@@ -196,6 +196,7 @@ class profile:
         self._steps = 0
         self._where = None
         self._thread = None
+        self._sync_error = None
 
     # -- starting and stopping ---------------------------------------------------------------
     def __enter__(self):
@@ -321,10 +322,7 @@ class profile:
         try:
             try:
                 if "G" in self.levels:
-                    # finish the GPU work, so that CUPTI's forced flush at stop delivers it all
-                    torch = sys.modules.get("torch")
-                    if torch is not None and torch.cuda.is_initialized():
-                        torch.cuda.synchronize()
+                    self._sync_error = _synchronize_all()
                 if self._shim is not None:
                     self._shim.detach()
                 if self._modules is not None:
@@ -352,6 +350,8 @@ class profile:
         data.set_meta("steps", int((self.trace._kind == KIND["step"]).sum()))
         if self._modules is not None:
             data.set_meta("hook_errors", self._modules.errors)
+        if self._sync_error:
+            data.set_meta("sync_error", self._sync_error)
         torch = sys.modules.get("torch")
         if torch is not None:
             data.set_meta("torch_version", str(torch.__version__))
@@ -372,6 +372,22 @@ class profile:
     def __repr__(self):
         state = "recording" if _active is self else ("done" if self.trace is not None else "new")
         return "<xsp.profile levels=%s %s>" % (self.levels, state)
+
+
+def _synchronize_all():
+    """Waits for the GPU work of every device, so that CUPTI's forced flush at stop delivers it
+    all.  Returns None, or the error a device raised (a pending CUDA error from the profiled
+    code): teardown goes on regardless, and the trace says so (meta "sync_error")."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    errors = []
+    for d in range(torch.cuda.device_count()):
+        try:
+            torch.cuda.synchronize(d)
+        except Exception as exc:   # noqa: BLE001 -- reported in the trace, never lost
+            errors.append("cuda:%d: %s" % (d, exc))
+    return "; ".join(errors) or None
 
 
 def _cupti_dirs(torch):

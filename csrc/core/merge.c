@@ -261,7 +261,7 @@ static uint32_t resolve(void *ctx, uint64_t ext_id)
         const thread_view *tv = &rs->v[i];
         if ((tv->tb->serial & 0xFFFFFFu) != serial)
             continue;
-        if ((tv->tb->gen & 0xFFu) != gen)
+        if (((tv->tb->gen >> 1) & 0xFFu) != gen)
             return XSP_NO_PARENT;      /* left on CUPTI's stack by an earlier session */
         while (idx != XSP_NONE && idx < tv->count && tv->gid[idx] == XSP_NONE)
             idx = xsp_tbuf_rec(tv->tb, idx)->parent;      /* elided: its parent */

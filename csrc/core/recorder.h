@@ -96,7 +96,8 @@ typedef struct xsp_span_hooks {
 
 static inline uint64_t xsp_ext_id(uint32_t serial, uint64_t gen, uint32_t idx)
 {
-    return ((uint64_t)(serial & 0xFFFFFFu) << 40) | ((gen & 0xFFu) << 32) | idx;
+    /* generations are odd while recording: gen >> 1 counts sessions, 256 apart to repeat */
+    return ((uint64_t)(serial & 0xFFFFFFu) << 40) | (((gen >> 1) & 0xFFu) << 32) | idx;
 }
 
 /* Installs (or with NULL removes) the span hooks.  Returns 0, or -1 while a session records

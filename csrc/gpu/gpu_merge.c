@@ -220,7 +220,9 @@ static int make_pending(ctx *c, pending *pd, uint32_t *np, const u32map *api, co
         case XSP_KIND_SYNC:
             /* under its API call (a store index until renumbered), on that call's thread */
             q->parent = a != NONE ? GPU_BIT | a : op_of(c, ext, r->correlation_id);
-            q->thread = a != NONE ? track(t, s->recs[a].u.api.tid, 0, NULL) : c->region_thread;
+            q->thread = a != NONE ? track(t, s->recs[a].u.api.tid, 0, NULL)
+                        : c->region != NONE ? c->region_thread
+                                            : track(t, 0, 2, "CUPTI overhead");
             q->api = a;
             break;
         case XSP_KIND_KERNEL:

@@ -49,9 +49,9 @@ static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
     char err[1024];
     int rc = gpu ? xsp_pygpu_session_start(&cfg, gpu_max, err, sizeof err)
                  : xsp_session_start(&cfg, err, sizeof err);
-    if (rc != 0)
-        return PyErr_Format(gpu ? xsp_state(mod)->gpu_error : PyExc_RuntimeError, "xsp: %s",
-                            err);
+    if (rc != 0)   /* -1 from the G path: CUPTI; else the core session itself */
+        return PyErr_Format(gpu && rc == -1 ? xsp_state(mod)->gpu_error : PyExc_RuntimeError,
+                            "xsp: %s", err);
     Py_RETURN_NONE;
 }
 

@@ -1,10 +1,11 @@
 /*
- * gpumod.c: see gpumod.h.  The one GPU store of the running session lives here (protected by
- * the GIL: start and stop are called from Python with it held; CUPTI's threads touch the store
- * only through its own lock, inside csrc/gpu).
+ * gpumod.c: see gpumod.h.  The one GPU store of the running session lives here, protected by
+ * g_lock (stop runs without the GIL, and the module declares it does not need one); CUPTI's
+ * threads touch the store only through its own lock, inside csrc/gpu.
  */
 #include "gpumod.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "../core/recorder.h"
@@ -14,7 +15,8 @@
 #include "../gpu/cupti_session.h"
 #include "../gpu/gpu_merge.h"
 
-static xsp_gpu_store *g_store = NULL;   /* the running session's store; GIL */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  /* serialises start and stop */
+static xsp_gpu_store *g_store = NULL;   /* the running session's store; protected by g_lock */
 
 int xsp_pygpu_built(const char **why)
 {
@@ -34,14 +36,17 @@ int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *
         snprintf(err, errlen, "libcupti is not loaded");
         return -1;
     }
+    pthread_mutex_lock(&g_lock);
     xsp_span_hooks hooks = {xsp_gpu_push, xsp_gpu_pop};
-    if (xsp_rec_set_hooks(&hooks) != 0) {
+    if (g_store || xsp_rec_set_hooks(&hooks) != 0) {
+        pthread_mutex_unlock(&g_lock);
         snprintf(err, errlen, "a recording session is already active");
-        return -1;
+        return -2;
     }
     if (xsp_session_start(core_cfg, err, errlen) != 0) {
         xsp_rec_set_hooks(NULL);
-        return -1;
+        pthread_mutex_unlock(&g_lock);
+        return -2;
     }
     g_store = xsp_gpu_store_new(gpu_max_bytes);
     if (!g_store || xsp_gpu_start(g_store, xsp_rec_now, err, errlen) != 0) {
@@ -54,27 +59,39 @@ int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *
         xsp_gpu_store_free(g_store);
         g_store = NULL;
         xsp_rec_set_hooks(NULL);
+        pthread_mutex_unlock(&g_lock);
         return -1;
     }
+    pthread_mutex_unlock(&g_lock);
     return 0;
 }
 
 int xsp_pygpu_active(void)
 {
-    return g_store != NULL;
+    pthread_mutex_lock(&g_lock);
+    int on = g_store != NULL;
+    pthread_mutex_unlock(&g_lock);
+    return on;
 }
 
 int xsp_pygpu_session_stop(xsp_trace **out, char *gpu_err, size_t gpu_errlen, char *err,
                            size_t errlen)
 {
     gpu_err[0] = '\0';
-    if (xsp_gpu_stop(g_store, gpu_err, gpu_errlen) != 0 && !gpu_err[0])
+    pthread_mutex_lock(&g_lock);
+    xsp_gpu_store *s = g_store;
+    if (!s) {
+        pthread_mutex_unlock(&g_lock);
+        return xsp_session_stop(out, err, errlen);
+    }
+    if (xsp_gpu_stop(s, gpu_err, gpu_errlen) != 0 && !gpu_err[0])
         snprintf(gpu_err, gpu_errlen, "CUPTI's stop failed");
-    xsp_merge_extra extra = {xsp_gpu_merge, g_store};
+    xsp_merge_extra extra = {xsp_gpu_merge, s};
     int rc = xsp_session_stop_ex(out, &extra, err, errlen);
-    xsp_gpu_store_free(g_store);
     g_store = NULL;
+    xsp_gpu_store_free(s);
     xsp_rec_set_hooks(NULL);
+    pthread_mutex_unlock(&g_lock);
     return rc;
 }
 

@@ -19,7 +19,8 @@ int xsp_pygpu_built(const char **why);
 int xsp_pygpu_open(const char *const *dirs, size_t n, char *err, size_t errlen);
 
 /* Starts a recording session with G: installs the span hooks, starts the core, then CUPTI.
- * Returns 0, or -1 with a message in err; on failure nothing is left running or installed. */
+ * Returns 0; -1 with a message in err when CUPTI (G) cannot start; -2 when the core session
+ * cannot (already active, no memory).  On failure nothing is left running or installed. */
 int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *err,
                             size_t errlen);
 

@@ -71,3 +71,25 @@ def test_core_gpu_start_error_path_leaves_nothing_running():
     _core.begin(0, 0, "r")
     data = _core.stop()
     assert len(data) == 1 and "gpu.records" not in data.counters()
+
+
+def test_core_failure_on_the_gpu_path_is_not_reported_as_a_gpu_problem():
+    """Guards against every failure of start(gpu=True) becoming GPUError: a session already
+    recording is the core's refusal (RuntimeError), which gpu_fallback must not 'fall back'
+    from."""
+    info = _core.gpu_info()
+    if not info["built"]:
+        pytest.skip(info["reason"])
+    try:
+        _core.gpu_open([])
+    except _core.GPUError as exc:
+        pytest.skip("no libcupti here: %s" % exc)
+    _core.start()
+    try:
+        with pytest.raises(RuntimeError) as ei:
+            _core.start(gpu=True)
+        assert not isinstance(ei.value, _core.GPUError)
+        assert "already active" in str(ei.value)
+    finally:
+        _core.stop()
+    assert not _core.active()
