@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import xsp
+import xsp._torch  # noqa: F401 -- the checks read xsp._torch.attached()
 from xsp import _core
 from helpers import check_tree
 import models
