@@ -233,7 +233,7 @@ class profile:
             if "M" in self.levels:
                 self._region = _core.begin(LEVEL_M, KIND["region"], self.name)
                 self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
-            if torch is not None:
+            if torch is not None and ("M" in self.levels or "L" in self.levels):
                 self._modules = _ModuleCalls(torch, "M" in self.levels, "L" in self.levels)
                 self._modules.thread_names[threading.get_native_id()] = \
                     threading.current_thread().name
