@@ -49,12 +49,6 @@ static inline uint64_t xsp_clock_ticks(void)
     return xsp_clock_ns();
 }
 
-/* Kept for readers of the core: the recording clock. */
-static inline uint64_t xsp_clock_now(void)
-{
-    return xsp_clock_ticks();
-}
-
 /* A linear map from ticks to ns: ns = ns0 + (ticks - t0) * ns_per_tick; identity when
  * ns_per_tick == 0. */
 typedef struct xsp_clock_map {

@@ -207,7 +207,21 @@ static int tbuf_new_chunk(xsp_tbuf *tb)
     return 0;
 }
 
-static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len);
+/* Interns on the owner's table, charging growth to the cap. UINT32_MAX if lost. */
+static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len)
+{
+    uint32_t n = tb->names.n;
+    uint32_t id = xsp_strtab_intern(&tb->names, s, len);
+    if (__builtin_expect(tb->names.n != n, 0)) {
+        uint64_t bytes = xsp_strtab_bytes(&tb->names);
+        if (bytes > tb->names_bytes) {
+            if (!charge(bytes - tb->names_bytes))
+                return UINT32_MAX;   /* counted below; the copy stays, harmlessly */
+            tb->names_bytes = bytes;
+        }
+    }
+    return id;
+}
 
 /* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost.
  * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first. */
@@ -228,21 +242,6 @@ static inline uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
     return id;
 }
 
-/* Interns on the owner's table, charging growth to the cap. UINT32_MAX if lost. */
-static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len)
-{
-    uint32_t n = tb->names.n;
-    uint32_t id = xsp_strtab_intern(&tb->names, s, len);
-    if (__builtin_expect(tb->names.n != n, 0)) {
-        uint64_t bytes = xsp_strtab_bytes(&tb->names);
-        if (bytes > tb->names_bytes) {
-            if (!charge(bytes - tb->names_bytes))
-                return UINT32_MAX;   /* counted below; the copy stays, harmlessly */
-            tb->names_bytes = bytes;
-        }
-    }
-    return id;
-}
 
 /* Enters the hot path: returns the thread's buffer with busy set, or NULL when not recording
  * (busy is then clear). */

@@ -129,7 +129,11 @@ static uint32_t intern(xsp_gpu_store *s, const char *str, size_t len)
 }
 
 /* A new record slot, zeroed, or NULL (counted lost). */
-static xsp_gpu_rec *new_rec(xsp_gpu_store *s)
+/* The next record, zeroed but for the fields every kind has (XSP_GPU_NONE where a kind has no
+ * device, context or stream), or NULL when the cap or memory forbids it (counted as lost).
+ * Committed by commit_id/commit_str. */
+static xsp_gpu_rec *new_rec(xsp_gpu_store *s, uint8_t kind, uint64_t start, uint64_t end,
+                            uint32_t corr, uint32_t device, uint32_t context, uint32_t stream)
 {
     if (s->n_recs == s->cap_recs && grow(s, (void **)&s->recs, &s->cap_recs, sizeof *s->recs)) {
         s->lost++;
@@ -137,6 +141,13 @@ static xsp_gpu_rec *new_rec(xsp_gpu_store *s)
     }
     xsp_gpu_rec *r = &s->recs[s->n_recs];
     memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->start_ns = start;
+    r->end_ns = end;
+    r->correlation_id = corr;
+    r->device = device;
+    r->context = context;
+    r->stream = stream;
     return r;
 }
 
@@ -172,17 +183,11 @@ static void commit_str(xsp_gpu_store *s, xsp_gpu_rec *r, const char *name)
 
 static void dec_kernel(xsp_gpu_store *s, const CUpti_ActivityKernel10 *k, int serial)
 {
-    xsp_gpu_rec *r = new_rec(s);
+    xsp_gpu_rec *r = new_rec(s, XSP_KIND_KERNEL, k->start, k->end, k->correlationId,
+                             k->deviceId, k->contextId, k->streamId);
     if (!r)
         return;
-    r->kind = XSP_KIND_KERNEL;
     r->flags = serial ? XSP_GPU_F_SERIAL_KERNEL : 0;
-    r->start_ns = k->start;
-    r->end_ns = k->end;
-    r->correlation_id = k->correlationId;
-    r->device = k->deviceId;
-    r->context = k->contextId;
-    r->stream = k->streamId;
     r->u.kernel.grid[0] = k->gridX;
     r->u.kernel.grid[1] = k->gridY;
     r->u.kernel.grid[2] = k->gridZ;
@@ -203,16 +208,10 @@ static const char *const k_copy_names[] = {
 
 static void dec_memcpy(xsp_gpu_store *s, const CUpti_ActivityMemcpy6 *m)
 {
-    xsp_gpu_rec *r = new_rec(s);
+    xsp_gpu_rec *r = new_rec(s, XSP_KIND_MEMCPY, m->start, m->end, m->correlationId,
+                             m->deviceId, m->contextId, m->streamId);
     if (!r)
         return;
-    r->kind = XSP_KIND_MEMCPY;
-    r->start_ns = m->start;
-    r->end_ns = m->end;
-    r->correlation_id = m->correlationId;
-    r->device = m->deviceId;
-    r->context = m->contextId;
-    r->stream = m->streamId;
     r->u.copy.bytes = m->bytes;
     r->u.copy.graph_id = m->graphId;
     r->u.copy.graph_node = m->graphNodeId;
@@ -226,16 +225,10 @@ static void dec_memcpy(xsp_gpu_store *s, const CUpti_ActivityMemcpy6 *m)
 
 static void dec_memset(xsp_gpu_store *s, const CUpti_ActivityMemset4 *m)
 {
-    xsp_gpu_rec *r = new_rec(s);
+    xsp_gpu_rec *r = new_rec(s, XSP_KIND_MEMSET, m->start, m->end, m->correlationId,
+                             m->deviceId, m->contextId, m->streamId);
     if (!r)
         return;
-    r->kind = XSP_KIND_MEMSET;
-    r->start_ns = m->start;
-    r->end_ns = m->end;
-    r->correlation_id = m->correlationId;
-    r->device = m->deviceId;
-    r->context = m->contextId;
-    r->stream = m->streamId;
     r->u.set.bytes = m->bytes;
     r->u.set.graph_id = m->graphId;
     r->u.set.graph_node = m->graphNodeId;
@@ -276,14 +269,10 @@ static void name_api(xsp_gpu_store *s, xsp_gpu_rec *r, int driver)
 
 static void dec_api(xsp_gpu_store *s, const CUpti_ActivityAPI *a, int driver)
 {
-    xsp_gpu_rec *r = new_rec(s);
+    xsp_gpu_rec *r = new_rec(s, driver ? XSP_KIND_DRIVER : XSP_KIND_RUNTIME, a->start, a->end,
+                             a->correlationId, XSP_GPU_NONE, XSP_GPU_NONE, XSP_GPU_NONE);
     if (!r)
         return;
-    r->kind = driver ? XSP_KIND_DRIVER : XSP_KIND_RUNTIME;
-    r->start_ns = a->start;
-    r->end_ns = a->end;
-    r->correlation_id = a->correlationId;
-    r->device = r->context = r->stream = XSP_GPU_NONE;
     r->u.api.cbid = a->cbid;
     r->u.api.tid = a->threadId;
     r->u.api.pid = a->processId;
@@ -295,16 +284,11 @@ static void dec_sync(xsp_gpu_store *s, const CUpti_ActivitySynchronization2 *y)
 {
     static const char *const names[] = {"Sync", "Event Sync", "Stream Wait Event",
                                         "Stream Sync", "Context Sync"};
-    xsp_gpu_rec *r = new_rec(s);
+    /* the device is not in the record (the merge maps it from the API call's thread) */
+    xsp_gpu_rec *r = new_rec(s, XSP_KIND_SYNC, y->start, y->end, y->correlationId, XSP_GPU_NONE,
+                             y->contextId, y->streamId);
     if (!r)
         return;
-    r->kind = XSP_KIND_SYNC;
-    r->start_ns = y->start;
-    r->end_ns = y->end;
-    r->correlation_id = y->correlationId;
-    r->device = XSP_GPU_NONE;                     /* not in the record: map context -> device */
-    r->context = y->contextId;
-    r->stream = y->streamId;
     r->u.sync.type = (uint32_t)y->type;
     r->u.sync.event_id = y->cudaEventId;
     commit_str(s, r, names[(uint32_t)y->type < 5 ? (uint32_t)y->type : 0]);
@@ -340,14 +324,11 @@ static const char *overhead_name(uint32_t k)
  * CUpti_ActivityOverhead); it is read only from a CUPTI whose layout we checked (13.0). */
 static void dec_overhead(xsp_gpu_store *s, const CUpti_ActivityOverhead3 *o, uint32_t version)
 {
-    xsp_gpu_rec *r = new_rec(s);
+    xsp_gpu_rec *r = new_rec(s, XSP_KIND_OVERHEAD, o->start, o->end,
+                             version >= 130000 ? o->correlationId : 0, XSP_GPU_NONE,
+                             XSP_GPU_NONE, XSP_GPU_NONE);
     if (!r)
         return;
-    r->kind = XSP_KIND_OVERHEAD;
-    r->start_ns = o->start;
-    r->end_ns = o->end;
-    r->correlation_id = version >= 130000 ? o->correlationId : 0;
-    r->device = r->context = r->stream = XSP_GPU_NONE;
     r->u.overhead.overhead_kind = (uint32_t)o->overheadKind;
     r->u.overhead.object_kind = (uint32_t)o->objectKind;
     switch (o->objectKind) {

@@ -36,7 +36,7 @@
 typedef uint64_t (*xsp_gpu_clock_fn)(void);
 
 /* Starts tracing into store (loading libcupti first if needed, with the default search).
- * clock must be a plain function (not the inline xsp_clock_now itself: pass a wrapper such as
+ * clock must be a plain function (not the inline xsp_clock_ticks itself: pass a wrapper such as
  * xsp_rec_now).  Returns 0, or -1 with a message in err when a session is active, libcupti
  * cannot be loaded, another CUPTI client holds CUPTI ("another tool such as torch.profiler or
  * Nsight holds CUPTI"), there is no usable GPU ("no CUDA device or driver was found"), or any

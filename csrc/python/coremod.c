@@ -57,7 +57,7 @@ static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
 
 static PyObject *core_stop(PyObject *mod, PyObject *Py_UNUSED(ignored))
 {
-    xsp_core_state *st = PyModule_GetState(mod);
+    xsp_core_state *st = xsp_state(mod);
     xsp_trace *t;
     char err[256], gpu_err[512] = "";
     int rc;
@@ -204,7 +204,7 @@ static PyObject *load_error(xsp_core_state *st, PyObject *path, int kind, uint64
 
 static PyObject *core_load(PyObject *mod, PyObject *arg)
 {
-    xsp_core_state *st = PyModule_GetState(mod);
+    xsp_core_state *st = xsp_state(mod);
     PyObject *bytes;
     if (!PyUnicode_FSConverter(arg, &bytes))
         return NULL;
@@ -227,7 +227,7 @@ static PyObject *core_load(PyObject *mod, PyObject *arg)
 
 static PyObject *core_loads(PyObject *mod, PyObject *arg)
 {
-    xsp_core_state *st = PyModule_GetState(mod);
+    xsp_core_state *st = xsp_state(mod);
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;

@@ -24,7 +24,7 @@
 
 static uint64_t test_clock(void)
 {
-    return xsp_clock_now();
+    return xsp_clock_ticks();
 }
 
 /* ---- a CUPTI-style buffer: records end to end, 8-byte aligned ---- */
