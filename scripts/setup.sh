@@ -30,6 +30,6 @@ fi
 VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
-"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "pytest>=7"
+"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=7"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"

@@ -5,6 +5,11 @@
         model(x)
     print(prof.trace.tree(max_depth=4))
 
+Leveled measurement (each level's latency from the shallowest run that sees it):
+    m = xsp.measure(lambda: model(x), levels="ML", repeat=10)
+    print(m.report())
+Analyses (DataFrames) are in xsp.analysis, reports in xsp.report; the command line is `xsp`.
+
 Levels: M (model: the profiled block, each top-level model call, steps), L (layer: nn.Module
 forwards and the aten ops, autograd backward functions and record_function scopes inside them),
 G (GPU: CUDA API calls, kernels, memcpy and memset from CUPTI, each under the op that launched
@@ -15,13 +20,19 @@ it; needs a CUDA device).
 from ._core import TraceFormatError
 from .errors import LevelUnavailableError, ProfilerError, XSPWarning
 from .levels import parse_levels
-from .profiler import profile
+from .profiler import profile, step
 from .trace import Span, Trace, load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "profile",
+    "step",
+    "measure",
+    "sweep",
+    "Measurement",
+    "analysis",
+    "report",
     "Trace",
     "Span",
     "load",
@@ -32,3 +43,19 @@ __all__ = [
     "XSPWarning",
     "__version__",
 ]
+
+# Loaded on first use, so that `import xsp` stays light (pandas and matplotlib load then).
+_LAZY = {"measure": ("leveled", "measure"), "sweep": ("leveled", "sweep"),
+         "Measurement": ("leveled", "Measurement"), "analysis": ("analysis", None),
+         "report": ("report", None)}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError("module 'xsp' has no attribute %r" % name)
+    import importlib
+    mod_name, attr = _LAZY[name]
+    mod = importlib.import_module("." + mod_name, __name__)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value

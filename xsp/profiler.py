@@ -58,8 +58,14 @@ class _ModuleCalls:
     names the modules called inside it.
     """
 
-    def __init__(self, torch, record_model, record_modules):
+    def __init__(self, torch, record_model, record_modules, record_shapes=False,
+                 profile_memory=False):
         self._torch = torch
+        self._shapes = record_shapes
+        self._memory = profile_memory and torch.cuda.is_available()
+        # per native thread id: [shapes str or None, allocated bytes at entry, delta], one per
+        # recorded model/module span in begin order; matched to the spans at stop
+        self.side = {} if (record_shapes or profile_memory) else None
         self._record_model = record_model
         self._record_modules = record_modules
         self._tls = threading.local()
@@ -83,6 +89,18 @@ class _ModuleCalls:
                 return orig(module, *args, **kwargs)
             finally:
                 leave()
+
+        if self.side is not None:
+            enter_x, leave_x = self._enter_extra, self._leave_extra
+
+            def __call__(module, *args, **kwargs):   # noqa: F811 -- the recording variant
+                if not on[0]:
+                    return orig(module, *args, **kwargs)
+                enter_x(module, args, kwargs)
+                try:
+                    return orig(module, *args, **kwargs)
+                finally:
+                    leave_x()
 
         __call__.__wrapped__ = orig
         __call__.__qualname__ = "Module.__call__ (xsp)"
@@ -149,6 +167,30 @@ class _ModuleCalls:
         except Exception:
             self.errors += 1
 
+    def _enter_extra(self, module, args, kwargs):
+        """_enter, plus input shapes and allocated memory for the span (if one was begun)."""
+        self._enter(module)
+        try:
+            top = self._tls.stack[-1]
+            if top[0] is None:
+                self._tls.stack[-1] = top + (None,)
+                return
+            rec = [_shapes_of(args, kwargs, self._torch) if self._shapes else None,
+                   self._torch.cuda.memory_allocated() if self._memory else None, None]
+            self.side.setdefault(threading.get_native_id(), []).append(rec)
+            self._tls.stack[-1] = top + (rec,)
+        except Exception:
+            self.errors += 1
+
+    def _leave_extra(self):
+        try:
+            rec = self._tls.stack[-1][3] if len(self._tls.stack[-1]) > 3 else None
+            if rec is not None and rec[1] is not None:
+                rec[2] = self._torch.cuda.memory_allocated() - rec[1]
+        except Exception:
+            self.errors += 1
+        self._leave()
+
     def depth(self):
         """Open module calls on the calling thread."""
         return len(getattr(self._tls, "stack", ()))
@@ -174,8 +216,11 @@ class profile:
     """
 
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
-                 gpu_fallback=False, gpu_max_memory=256 << 20):
+                 gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
+                 profile_memory=False):
         self.levels = parse_levels(levels)
+        self.record_shapes = bool(record_shapes)
+        self.profile_memory = bool(profile_memory)
         self.gpu_fallback = bool(gpu_fallback)
         if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
             raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
@@ -234,7 +279,8 @@ class profile:
                 self._region = _core.begin(LEVEL_M, KIND["region"], self.name)
                 self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
             if torch is not None and ("M" in self.levels or "L" in self.levels):
-                self._modules = _ModuleCalls(torch, "M" in self.levels, "L" in self.levels)
+                self._modules = _ModuleCalls(torch, "M" in self.levels, "L" in self.levels,
+                                             self.record_shapes, self.profile_memory)
                 self._modules.thread_names[threading.get_native_id()] = \
                     threading.current_thread().name
                 self._modules.install()
@@ -248,19 +294,7 @@ class profile:
     def _check_gpu(self, torch):
         """Raises LevelUnavailableError (or, with gpu_fallback, warns and drops G) when G cannot
         be recorded here; loads libcupti otherwise."""
-        info = _core.gpu_info()
-        why = None
-        if not info["built"]:
-            why = info["reason"]
-        elif not torch.cuda.is_available():
-            why = ("no CUDA device or driver was found (torch.cuda.is_available() is False; "
-                   "this torch is %s)" % ("CUDA %s" % torch.version.cuda if torch.version.cuda
-                                          else "a CPU-only build"))
-        else:
-            try:
-                _core.gpu_open(_cupti_dirs(torch))
-            except _core.GPUError as exc:
-                why = str(exc).replace("xsp: ", "", 1)
+        why = gpu_unavailable_reason(torch)
         if why is not None:
             self._no_gpu("level G cannot be recorded: " + why)
 
@@ -340,6 +374,9 @@ class profile:
         self.trace = Trace(data)
         try:
             self._decorate(data)
+            if self._modules is not None and self._modules.side:
+                _attach_side(data, self.trace, self._modules.side)
+                self.trace = Trace(data)
         finally:
             self.trace.meta = data.meta()
 
@@ -369,9 +406,87 @@ class profile:
                 data.set_thread_name(tid, name.encode("utf-8", "replace").decode("utf-8"))
         self.trace.threads = data.threads()
 
+    def report(self, top=10):
+        """The text summary of the trace (xsp.report.text); after the block only."""
+        if self.trace is None:
+            raise ProfilerError("report() needs a finished profile: call it after the block")
+        return self.trace.report(top=top)
+
     def __repr__(self):
         state = "recording" if _active is self else ("done" if self.trace is not None else "new")
         return "<xsp.profile levels=%s %s>" % (self.levels, state)
+
+
+def step():
+    """Marks the end of an iteration in the profile that is recording, as its step() does;
+    does nothing when none is.  For code profiled from outside, e.g. by `xsp run`."""
+    prof = _active
+    if prof is not None:
+        prof.step()
+
+
+def _shapes_of(args, kwargs, torch):
+    """Input shapes of a module call as text: tensors as [2, 3, 32, 32], lists and tuples of
+    them in parentheses, anything else by its type name; keyword arguments as name=shape."""
+    Tensor = torch.Tensor
+
+    def one(a, depth=0):
+        if isinstance(a, Tensor):
+            return "[%s]" % ", ".join(str(d) for d in a.shape)
+        if isinstance(a, (list, tuple)) and depth < 2:
+            return "(%s)" % ", ".join(one(b, depth + 1) for b in a)
+        return type(a).__name__
+
+    parts = [one(a) for a in args] + ["%s=%s" % (k, one(v)) for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _attach_side(data, trace, side):
+    """Adds the attributes the module wrapper collected (shapes, mem_bytes) to the model and
+    module spans they belong to: per thread, the k-th recorded call is the k-th model/module
+    span of that thread in start order.  A thread whose counts differ (spans lost to the memory
+    cap) gets none; their number goes into meta "attrs_unmatched"."""
+    import numpy as np
+    kinds = np.isin(trace._kind, (KIND["model"], KIND["module"]))
+    tids = np.array([t[0] for t in trace.threads], dtype=np.int64)
+    span_tid = tids[trace._thread] if len(trace) else np.zeros(0, dtype=np.int64)
+    shapes_ids, shapes_vals, mem_ids, mem_vals = [], [], [], []
+    unmatched = 0
+    for tid, recs in side.items():
+        ids = np.nonzero(kinds & (span_tid == tid))[0]
+        if len(ids) != len(recs):
+            unmatched += len(recs)
+            continue
+        for i, rec in zip(ids.tolist(), recs):
+            if rec[0] is not None:
+                shapes_ids.append(i)
+                shapes_vals.append(rec[0])
+            if rec[2] is not None:
+                mem_ids.append(i)
+                mem_vals.append(int(rec[2]))
+    for key, ids, vals in (("shapes", shapes_ids, shapes_vals), ("mem_bytes", mem_ids, mem_vals)):
+        if ids:
+            order = np.argsort(ids, kind="stable")
+            data.add_attrs(key, [ids[j] for j in order], [vals[j] for j in order])
+    if unmatched:
+        data.set_meta("attrs_unmatched", unmatched)
+
+
+def gpu_unavailable_reason(torch):
+    """Why level G cannot be recorded in this process (a str), or None when it can; loads
+    libcupti in the latter case.  Cannot raise for a missing GPU: that is the answer."""
+    info = _core.gpu_info()
+    if not info["built"]:
+        return info["reason"]
+    if not torch.cuda.is_available():
+        return ("no CUDA device or driver was found (torch.cuda.is_available() is False; "
+                "this torch is %s)" % ("CUDA %s" % torch.version.cuda if torch.version.cuda
+                                       else "a CPU-only build"))
+    try:
+        _core.gpu_open(_cupti_dirs(torch))
+    except _core.GPUError as exc:
+        return str(exc).replace("xsp: ", "", 1)
+    return None
 
 
 def _synchronize_all():

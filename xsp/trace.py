@@ -252,6 +252,74 @@ class Trace:
         """Parses .xsp bytes; raises xsp.TraceFormatError as load() does."""
         return cls(_core.loads(data))
 
+    # keys of a span dict for from_spans, and each kind's default level (GPU kinds: "G")
+    _SPAN_KEYS = ("name", "kind", "start_ns", "end_ns", "parent", "level", "thread", "flags",
+                  "attrs")
+    _KIND_LEVEL = {"region": "M", "model": "M", "step": "M",
+                   "module": "L", "op": "L", "backward": "L", "scope": "L"}
+
+    @classmethod
+    def from_spans(cls, spans, threads=None, meta=None, counters=None):
+        """A trace built from Python data, for tests and importers.
+
+        spans: a list of dicts, one per span, already in trace order (sorted by start_ns, a
+        parent before its children); a span's id is its index.  Keys: name (str), kind (one of
+        xsp.trace.KINDS), start_ns, end_ns (ints), and optionally parent (a span id, None for
+        a root: the default), level ('M', 'L' or 'G'; by default region/model/step are M,
+        module/op/backward/scope L, the GPU kinds G), thread (an index into threads, default
+        0), flags (default 0), attrs (dict str -> int, float or str; default {}).
+        threads: list of (tid, name, kind) tracks, kind 0 CPU thread, 1 GPU stream, 2
+        overhead; default [(1, "main", 0)].  meta: dict str -> int, float or str; counters:
+        dict str -> int.
+
+        Raises ValueError naming the span for an unknown or missing key, an unknown kind or
+        level, a value out of range, or spans out of trace order (the message of the trace's
+        invariant check); TypeError for a value of the wrong type.
+        """
+        rows = []
+        for i, s in enumerate(spans):
+            if not isinstance(s, dict):
+                raise TypeError("span %d must be a dict, not %s" % (i, type(s).__name__))
+            for key in s:
+                if key not in cls._SPAN_KEYS:
+                    raise ValueError("span %d: unknown key %r; keys are %s"
+                                     % (i, key, ", ".join(cls._SPAN_KEYS)))
+            for key in cls._SPAN_KEYS[:4]:
+                if key not in s:
+                    raise ValueError("span %d: missing key %r" % (i, key))
+            kind = s["kind"]
+            if kind not in KINDS:
+                raise ValueError("span %d: key 'kind': unknown kind %r; kinds are %s"
+                                 % (i, kind, ", ".join(KINDS)))
+            level = s.get("level", cls._KIND_LEVEL.get(kind, "G"))
+            if level not in LEVELS:
+                raise ValueError("span %d: key 'level': unknown level %r; levels are %s"
+                                 % (i, level, ", ".join(LEVELS)))
+            parent = s.get("parent")
+            rows.append((s["start_ns"], s["end_ns"], -1 if parent is None else parent,
+                         LEVELS.index(level), KINDS.index(kind), s["name"], s.get("thread", 0),
+                         s.get("flags", 0), s.get("attrs", {})))
+        return cls(_core.build(rows, [(1, "main", 0)] if threads is None else threads,
+                               {} if meta is None else meta,
+                               {} if counters is None else counters))
+
+    def _with_attrs(self, key, ids, values):
+        """Gives span ids[k] the attribute key = values[k] (int, float or str) and returns a
+        new Trace over the changed data.  ids: strictly increasing span ids, none of which has
+        key yet; numpy arrays are accepted for ids and values.
+
+        Internal, for analyses that attach derived per-span values.  The attributes are added
+        in place to the C trace this Trace shares with the returned one, so this Trace's cached
+        columns (attributes, strings) are stale afterwards: use only the returned Trace.
+        Raises ValueError (bad ids, a span that already has key; spans and attributes are then
+        unchanged) or TypeError, as TraceData.add_attrs does."""
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
+        self._data.add_attrs(key, ids, values)
+        return type(self)(self._data)
+
     # -- views -------------------------------------------------------------------------------
     def __repr__(self):
         n = len(self)
@@ -394,6 +462,22 @@ class Trace:
             g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64)
             cols.insert(6, "backward_ns")
         return g[cols]
+
+    def report(self, top=10):
+        """The readable text summary (xsp.report.text): headline, top layers, layer types,
+        top kernels, GPU vs CPU time."""
+        from . import report
+        return report.text(self, top=top)
+
+    def to_html(self, path=None, top=10):
+        """The self-contained HTML report (xsp.report.html), written to path when given;
+        returns the document."""
+        from . import report
+        return report.html(self, path=path, top=top)
+
+    def _repr_html_(self):
+        from . import report
+        return report.html_fragment(self, top=10)
 
     def to_chrome_trace(self, path):
         """Writes Chrome trace event JSON (chrome://tracing, Perfetto UI): one track per thread,

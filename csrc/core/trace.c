@@ -69,6 +69,137 @@ uint32_t xsp_trace_add_attr(xsp_trace *t, const xsp_attr *a)
     return t->n_attrs++;
 }
 
+/* Returns 1 when string id of t holds exactly the len bytes at s, else 0. */
+static int str_is(const xsp_trace *t, uint32_t id, const char *s, size_t len)
+{
+    size_t l;
+    const char *p = xsp_strtab_get(&t->strings, id, &l);
+    return p && l == len && memcmp(p, s, len) == 0;
+}
+
+/* Checks xsp_trace_add_span_attrs' arguments against t (n > 0) and stores in *total the number
+ * of attributes the rebuilt array holds.  Returns 0, or -1 with err filled. */
+static int check_span_attrs(const xsp_trace *t, const char *key, size_t klen, uint32_t n,
+                            const uint32_t *ids, const xsp_attr *values, uint64_t *total,
+                            char *err, size_t errlen)
+{
+    uint64_t sum = n;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        const xsp_span *s = &t->spans[i];
+        if ((uint64_t)s->attr_off + s->attr_n > t->n_attrs) {
+            snprintf(err, errlen, "span %" PRIu32 ": attributes %" PRIu32 "..%" PRIu64
+                     " out of range (%" PRIu32 " attributes)", i, s->attr_off,
+                     (uint64_t)s->attr_off + s->attr_n, t->n_attrs);
+            return -1;
+        }
+        sum += s->attr_n;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t id = ids[k];
+        const xsp_attr *v = &values[k];
+        if (id >= t->n_spans) {
+            snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): no such span (the trace "
+                     "has %" PRIu32 ")", id, k, t->n_spans);
+            return -1;
+        }
+        if (k && id <= ids[k - 1]) {
+            snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): not after ids[%" PRIu32
+                     "] = %" PRIu32 " (ids must be strictly increasing)", id, k, k - 1, ids[k - 1]);
+            return -1;
+        }
+        if (v->type > XSP_ATTR_STR) {
+            snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): unknown value type %"
+                     PRIu32, id, k, v->type);
+            return -1;
+        }
+        if (v->type == XSP_ATTR_STR && v->v.s >= t->strings.n) {
+            snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): string value id %" PRIu32
+                     " out of range (%" PRIu32 " strings)", id, k, v->v.s, t->strings.n);
+            return -1;
+        }
+        const xsp_span *s = &t->spans[id];
+        if (s->attr_n == UINT16_MAX) {
+            snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): already has %u attributes, "
+                     "the most a span can have", id, k, (unsigned)UINT16_MAX);
+            return -1;
+        }
+        for (uint32_t j = 0; j < s->attr_n; j++) {
+            if (str_is(t, t->attrs[s->attr_off + j].key, key, klen)) {
+                snprintf(err, errlen, "span %" PRIu32 " (ids[%" PRIu32 "]): already has attribute "
+                         "\"%s\"", id, k, key);
+                return -1;
+            }
+        }
+    }
+    if (sum >= UINT32_MAX || sum > SIZE_MAX / sizeof(xsp_attr)) {
+        snprintf(err, errlen, "too many attributes: %" PRIu64 " (at most %" PRIu32 ")", sum,
+                 UINT32_MAX - 1);
+        return -1;
+    }
+    *total = sum;
+    return 0;
+}
+
+int xsp_trace_add_span_attrs(xsp_trace *t, const char *key, uint32_t n, const uint32_t *ids,
+                             const xsp_attr *values, char *err, size_t errlen)
+{
+    if (!key || (n && (!ids || !values))) {
+        snprintf(err, errlen, "add_span_attrs: key, ids and values must not be NULL");
+        return -1;
+    }
+    size_t klen = strlen(key);
+    if (klen > XSP_STRTAB_MAX_LEN) {
+        snprintf(err, errlen, "attribute key of %zu bytes: at most %u allowed", klen,
+                 (unsigned)XSP_STRTAB_MAX_LEN);
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    uint64_t total;
+    if (check_span_attrs(t, key, klen, n, ids, values, &total, err, errlen) != 0)
+        return -1;
+    /* Everything that can fail happens before the trace is touched: the array, then the key
+     * (the string table is unchanged when interning fails). */
+    xsp_attr *na = malloc((size_t)total * sizeof *na);
+    if (!na) {
+        snprintf(err, errlen, "out of memory for %" PRIu64 " attributes", total);
+        return -1;
+    }
+    uint32_t kid = xsp_strtab_intern(&t->strings, key, klen);
+    if (kid == UINT32_MAX) {
+        free(na);
+        snprintf(err, errlen, "out of memory interning attribute key \"%s\"", key);
+        return -1;
+    }
+    uint32_t out = 0, k = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        xsp_span *s = &t->spans[i];
+        if (s->attr_n)
+            memcpy(na + out, t->attrs + s->attr_off, s->attr_n * sizeof *na);
+        s->attr_off = out;
+        out += s->attr_n;
+        if (k < n && ids[k] == i) {
+            const xsp_attr *v = &values[k++];
+            xsp_attr *a = &na[out++];
+            memset(a, 0, sizeof *a);
+            a->key = kid;
+            a->type = v->type;
+            if (v->type == XSP_ATTR_INT)
+                a->v.i = v->v.i;
+            else if (v->type == XSP_ATTR_FLOAT)
+                a->v.f = v->v.f;
+            else
+                a->v.s = v->v.s;
+            s->attr_n++;
+        }
+    }
+    free(t->attrs);
+    t->attrs = na;
+    t->n_attrs = out;
+    t->cap_attrs = (uint32_t)total;
+    return 0;
+}
+
 uint32_t xsp_trace_add_thread(xsp_trace *t, uint64_t tid, const char *name, uint32_t kind)
 {
     uint32_t sid = xsp_strtab_intern(&t->strings, name ? name : "", name ? strlen(name) : 0);

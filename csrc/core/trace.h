@@ -121,6 +121,20 @@ uint32_t xsp_trace_add_span(xsp_trace *t, const xsp_span *s);
  * (trace unchanged).  The caller sets the owning span's attr_off/attr_n. */
 uint32_t xsp_trace_add_attr(xsp_trace *t, const xsp_attr *a);
 
+/* Gives span ids[k] one more attribute named key (a NUL-terminated string, at most
+ * XSP_STRTAB_MAX_LEN bytes) with the type and value of values[k], for k < n (values[k].key is
+ * ignored; an XSP_ATTR_STR value is a string id already in t->strings).  ids must be strictly
+ * increasing and < t->n_spans, and no span ids[k] may already have an attribute named key.
+ * t->attrs is rebuilt in span order, each span's old attributes first, then the new one, so
+ * every span's attributes stay contiguous; attributes no span refers to are dropped.  key is
+ * interned into t->strings.  O(n_spans + n_attrs).  Returns 0 (n == 0 changes nothing), or -1
+ * with a one-line message in err (errlen bytes, NUL-terminated; which id and why) and the trace
+ * unchanged: bad arguments, a span whose attributes lie outside t->attrs, a span that would
+ * have more than UINT16_MAX attributes, allocation failure (the message then begins with "out of
+ * memory").  The caller keeps ids and values. */
+int xsp_trace_add_span_attrs(xsp_trace *t, const char *key, uint32_t n, const uint32_t *ids,
+                             const xsp_attr *values, char *err, size_t errlen);
+
 /* Appends a track and returns its index, or UINT32_MAX on allocation failure. */
 uint32_t xsp_trace_add_thread(xsp_trace *t, uint64_t tid, const char *name, uint32_t kind);
 

@@ -3,7 +3,11 @@
  *
  * Columns leave as bytes in native byte order (one copy from the C array of structs); the
  * Python side views them with numpy.frombuffer.  Strings are decoded as UTF-8 with
- * surrogateescape, so any byte string survives a round trip.
+ * surrogateescape, so any byte string survives a round trip; strings coming in (add_attrs,
+ * set_meta, _core.build through the xsp_py_* converters) are encoded the same way.
+ *
+ * add_attrs changes the trace in place: a Python Trace built on this object before holds
+ * copies of the old columns, so xsp.Trace._with_attrs hands back a new Trace.
  */
 #include "tracedata.h"
 
@@ -185,32 +189,240 @@ static PyObject *td_counters(xsp_TraceDataObject *self, PyObject *Py_UNUSED(igno
     return kv_dict(self->trace, self->trace->counters, self->trace->n_counters);
 }
 
+int xsp_py_u64(PyObject *o, uint64_t hi, uint64_t *out)
+{
+    if (!PyLong_Check(o))
+        return XSP_PY_TYPE;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow < 0 || (!overflow && v < 0))
+        return XSP_PY_RANGE;
+    uint64_t u = (uint64_t)v;
+    if (overflow > 0) {   /* past INT64_MAX: may still fit in 64 unsigned bits */
+        unsigned long long w = PyLong_AsUnsignedLongLong(o);
+        if (w == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return -1;
+            PyErr_Clear();
+            return XSP_PY_RANGE;
+        }
+        u = w;
+    }
+    if (u > hi)
+        return XSP_PY_RANGE;
+    *out = u;
+    return 0;
+}
+
+PyObject *xsp_py_utf8(PyObject *s)
+{
+    return PyUnicode_AsEncodedString(s, "utf-8", "surrogateescape");
+}
+
+uint32_t xsp_py_intern(xsp_trace *t, PyObject *s)
+{
+    PyObject *b = xsp_py_utf8(s);
+    if (!b)
+        return UINT32_MAX;
+    uint32_t id = xsp_strtab_intern(&t->strings, PyBytes_AS_STRING(b),
+                                    (size_t)PyBytes_GET_SIZE(b));
+    Py_DECREF(b);
+    if (id == UINT32_MAX)
+        PyErr_NoMemory();
+    return id;
+}
+
+int xsp_py_attr_value(xsp_trace *t, PyObject *o, xsp_attr *a)
+{
+    if (PyLong_Check(o)) {   /* bool included */
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow)
+            return XSP_PY_RANGE;
+        a->type = XSP_ATTR_INT;
+        a->v.i = v;
+    } else if (PyFloat_Check(o)) {
+        a->type = XSP_ATTR_FLOAT;
+        a->v.f = PyFloat_AS_DOUBLE(o);
+    } else if (PyUnicode_Check(o)) {
+        uint32_t id = xsp_py_intern(t, o);
+        if (id == UINT32_MAX)
+            return -1;
+        a->type = XSP_ATTR_STR;
+        a->v.s = id;
+    } else {
+        return XSP_PY_TYPE;
+    }
+    return 0;
+}
+
+int xsp_py_set_meta(xsp_trace *t, const char *key, PyObject *value)
+{
+    int rc;
+    if (PyLong_Check(value)) {   /* bool included */
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow) {
+            PyErr_Format(PyExc_OverflowError, "meta value for %s = %R does not fit in a 64-bit "
+                         "signed int", key, value);
+            return -1;
+        }
+        rc = xsp_trace_set_meta_int(t, key, v);
+    } else if (PyFloat_Check(value)) {
+        rc = xsp_trace_set_meta_float(t, key, PyFloat_AS_DOUBLE(value));
+    } else if (PyUnicode_Check(value)) {
+        PyObject *b = xsp_py_utf8(value);
+        if (!b)
+            return -1;
+        if (strlen(PyBytes_AS_STRING(b)) != (size_t)PyBytes_GET_SIZE(b)) {
+            Py_DECREF(b);
+            PyErr_Format(PyExc_ValueError, "meta value for %s contains a NUL character", key);
+            return -1;
+        }
+        rc = xsp_trace_set_meta_str(t, key, PyBytes_AS_STRING(b));
+        Py_DECREF(b);
+    } else {
+        return XSP_PY_TYPE;
+    }
+    if (rc != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *td_set_meta(xsp_TraceDataObject *self, PyObject *args)
 {
     const char *key;
     PyObject *value;
     if (!PyArg_ParseTuple(args, "sO:set_meta", &key, &value))
         return NULL;
-    int rc;
-    if (PyBool_Check(value) || PyLong_Check(value)) {
-        long long v = PyLong_AsLongLong(value);
-        if (v == -1 && PyErr_Occurred())
-            return NULL;
-        rc = xsp_trace_set_meta_int(self->trace, key, v);
-    } else if (PyFloat_Check(value)) {
-        rc = xsp_trace_set_meta_float(self->trace, key, PyFloat_AS_DOUBLE(value));
-    } else if (PyUnicode_Check(value)) {
-        const char *s = PyUnicode_AsUTF8(value);
-        if (!s)
-            return NULL;
-        rc = xsp_trace_set_meta_str(self->trace, key, s);
-    } else {
+    int rc = xsp_py_set_meta(self->trace, key, value);
+    if (rc == XSP_PY_TYPE)
         return PyErr_Format(PyExc_TypeError, "meta value for %s must be int, float or str, not %s",
                             key, Py_TYPE(value)->tp_name);
-    }
     if (rc != 0)
-        return PyErr_NoMemory();
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/* Reads add_attrs' ids (a sequence of ints, anything with __index__) into ids[n]. Returns 0 or
+ * -1 with an exception set. */
+static int read_ids(const xsp_trace *t, PyObject *seq, uint32_t *ids, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *o = PyTuple_GET_ITEM(seq, k);
+        if (!PyIndex_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "add_attrs: ids[%zd] must be an int, not %s", k,
+                         Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        PyObject *ix = PyNumber_Index(o);
+        if (!ix)
+            return -1;
+        uint64_t id;
+        int rc = xsp_py_u64(ix, UINT32_MAX - 1, &id);
+        if (rc == XSP_PY_RANGE)   /* worded as the C core words ids it rejects */
+            PyErr_Format(PyExc_ValueError, "span %R (ids[%zd]): no such span (the trace has %u)",
+                         ix, k, (unsigned)t->n_spans);
+        Py_DECREF(ix);
+        if (rc != 0)
+            return -1;
+        ids[k] = (uint32_t)id;
+    }
+    return 0;
+}
+
+/* Reads add_attrs' values into vals[n], interning strings. Returns 0 or -1 with an exception
+ * set.  Strings go last, so that a value of a wrong type leaves the string table as it was. */
+static int read_values(xsp_trace *t, PyObject *seq, xsp_attr *vals, Py_ssize_t n)
+{
+    for (int strings = 0; strings < 2; strings++) {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *o = PyTuple_GET_ITEM(seq, k);
+            if ((PyUnicode_Check(o) != 0) != strings)
+                continue;
+            memset(&vals[k], 0, sizeof vals[k]);
+            int rc = xsp_py_attr_value(t, o, &vals[k]);
+            if (rc == XSP_PY_TYPE)
+                PyErr_Format(PyExc_TypeError, "add_attrs: values[%zd] must be an int, float or "
+                             "str, not %s", k, Py_TYPE(o)->tp_name);
+            else if (rc == XSP_PY_RANGE)
+                PyErr_Format(PyExc_OverflowError, "add_attrs: values[%zd] = %R does not fit in a "
+                             "64-bit signed int", k, o);
+            if (rc != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* A tuple of the items of sequence o (so that nothing the conversions run can change it under
+ * us), or NULL with TypeError naming what o should have been. */
+static PyObject *as_tuple(PyObject *o, const char *what)
+{
+    if (!PySequence_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o))
+        return PyErr_Format(PyExc_TypeError, "add_attrs: %s must be a sequence, not %s", what,
+                            Py_TYPE(o)->tp_name);
+    return PySequence_Tuple(o);
+}
+
+static PyObject *td_add_attrs(xsp_TraceDataObject *self, PyObject *args)
+{
+    PyObject *key, *ids_o, *vals_o;
+    if (!PyArg_ParseTuple(args, "UOO:add_attrs", &key, &ids_o, &vals_o))
+        return NULL;
+    xsp_trace *t = self->trace;
+    PyObject *kb = NULL, *ids_t = NULL, *vals_t = NULL, *res = NULL;
+    uint32_t *ids = NULL;
+    xsp_attr *vals = NULL;
+    if (!(kb = xsp_py_utf8(key)) || !(ids_t = as_tuple(ids_o, "ids"))
+        || !(vals_t = as_tuple(vals_o, "values")))
+        goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(ids_t);
+    if (strlen(PyBytes_AS_STRING(kb)) != (size_t)PyBytes_GET_SIZE(kb)) {
+        PyErr_SetString(PyExc_ValueError, "add_attrs: key contains a NUL character");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(vals_t) != n) {
+        PyErr_Format(PyExc_ValueError, "add_attrs: %zd ids but %zd values", n,
+                     PyTuple_GET_SIZE(vals_t));
+        goto done;
+    }
+    if ((uint64_t)n > t->n_spans) {   /* more ids than spans: some repeat or do not exist */
+        PyErr_Format(PyExc_ValueError, "add_attrs: %zd ids for a trace of %u spans (ids must be "
+                     "distinct span ids)", n, (unsigned)t->n_spans);
+        goto done;
+    }
+    ids = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
+    vals = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *vals);
+    if (!ids || !vals) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (read_ids(t, ids_t, ids, n) != 0 || read_values(t, vals_t, vals, n) != 0)
+        goto done;
+    char err[512];
+    if (xsp_trace_add_span_attrs(t, PyBytes_AS_STRING(kb), (uint32_t)n, ids, vals, err,
+                                 sizeof err) != 0) {
+        PyErr_SetString(strncmp(err, "out of memory", 13) == 0 ? PyExc_MemoryError
+                                                               : PyExc_ValueError, err);
+        goto done;
+    }
+    res = Py_NewRef(Py_None);
+done:
+    PyMem_Free(ids);
+    PyMem_Free(vals);
+    Py_XDECREF(kb);
+    Py_XDECREF(ids_t);
+    Py_XDECREF(vals_t);
+    return res;
 }
 
 static PyObject *td_set_thread_name(xsp_TraceDataObject *self, PyObject *args)
@@ -284,6 +496,11 @@ static PyMethodDef td_methods[] = {
     {"meta", (PyCFunction)td_meta, METH_NOARGS, "Metadata dict."},
     {"counters", (PyCFunction)td_counters, METH_NOARGS, "Lost/dropped counters dict."},
     {"set_meta", (PyCFunction)td_set_meta, METH_VARARGS, "set_meta(key, int|float|str)"},
+    {"add_attrs", (PyCFunction)td_add_attrs, METH_VARARGS,
+     "add_attrs(key, ids, values): give span ids[k] attribute key = values[k] (int, float or "
+     "str); ids strictly increasing span ids without that key yet.  ValueError (the trace's spans "
+     "and attributes unchanged; strings interned for values may stay in the string table) or "
+     "TypeError naming the index.  Trace objects built on this data before are stale."},
     {"set_thread_name", (PyCFunction)td_set_thread_name, METH_VARARGS,
      "set_thread_name(tid, name) -> bool (False when no such CPU thread)"},
     {"save", (PyCFunction)td_save, METH_O, "save(path): write the .xsp file."},

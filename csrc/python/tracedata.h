@@ -24,6 +24,33 @@ extern PyType_Spec xsp_tracedata_spec;
  * TraceData of type tp. Returns a new reference, or NULL with an exception set. */
 PyObject *xsp_tracedata_wrap(PyTypeObject *tp, xsp_trace *t);
 
+/* Conversions from Python values shared with coremod.c's build().  Each returns 0 on success,
+ * XSP_PY_TYPE when o has the wrong type or XSP_PY_RANGE when its value is out of range (no
+ * exception set: the caller raises, naming where the value came from), or -1 with an exception
+ * set (MemoryError and the like). */
+enum { XSP_PY_TYPE = 1, XSP_PY_RANGE = 2 };
+
+/* An int (bool included, no other type) in 0..hi into *out. */
+int xsp_py_u64(PyObject *o, uint64_t hi, uint64_t *out);
+
+/* An attribute value into *a (a->key untouched): int or bool (XSP_PY_RANGE outside int64)
+ * as XSP_ATTR_INT, float as XSP_ATTR_FLOAT, str as XSP_ATTR_STR interned into t->strings. */
+int xsp_py_attr_value(xsp_trace *t, PyObject *o, xsp_attr *a);
+
+/* The UTF-8 bytes of str s, encoded with surrogateescape (the inverse of how strings leave the
+ * trace, so any name read from a trace goes back in unchanged).  A new reference, or NULL with
+ * an exception set.  s must be a str. */
+PyObject *xsp_py_utf8(PyObject *s);
+
+/* Interns str s (as xsp_py_utf8 encodes it) into t->strings: its id, or UINT32_MAX with an
+ * exception set (the table then unchanged). */
+uint32_t xsp_py_intern(xsp_trace *t, PyObject *s);
+
+/* Sets metadata key (a C string) to value: int or bool, float, or str.  Returns 0, XSP_PY_TYPE
+ * for another type (trace unchanged), or -1 with an exception set: OverflowError for an int
+ * outside int64, ValueError for a str holding a NUL character, MemoryError. */
+int xsp_py_set_meta(xsp_trace *t, const char *key, PyObject *value);
+
 /* The module state, shared with coremod.c. */
 typedef struct {
     PyTypeObject *tracedata_type;   /* xsp._core.TraceData */

@@ -1,6 +1,7 @@
 /*
  * test_core.c: unit tests of the C core: string interning, the recorder's nesting, keys,
- * caps and loss counting, threads, elision, adoption, backward links, and trace invariants.
+ * caps and loss counting, threads, elision, adoption, backward links, trace invariants, and
+ * adding attributes to the spans of a finished trace (xsp_trace_add_span_attrs).
  * Run with the fake clock, so every timestamp is known exactly.
  */
 #include <pthread.h>
@@ -446,6 +447,244 @@ static void test_real_clock(void)
     xsp_trace_free(t);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * xsp_trace_add_span_attrs
+ * ---------------------------------------------------------------------------------------- */
+
+static uint32_t sid(xsp_trace *t, const char *s)
+{
+    return xsp_strtab_intern(&t->strings, s, strlen(s));
+}
+
+static xsp_attr a_int(xsp_trace *t, const char *key, int64_t v)
+{
+    return (xsp_attr){.key = sid(t, key), .type = XSP_ATTR_INT, .v.i = v};
+}
+
+static xsp_attr a_float(xsp_trace *t, const char *key, double v)
+{
+    return (xsp_attr){.key = sid(t, key), .type = XSP_ATTR_FLOAT, .v.f = v};
+}
+
+static xsp_attr a_str(xsp_trace *t, const char *key, const char *v)
+{
+    return (xsp_attr){.key = sid(t, key), .type = XSP_ATTR_STR, .v.s = sid(t, v)};
+}
+
+/* Five spans on one thread: 0 {type: "Net"}, 1 {}, 2 {seq: 7, w: 1.5}, 3 {}, 4 {type:
+ * "Linear"}.  The attribute array is deliberately not in span order (span 4's attribute comes
+ * before span 2's) and holds one attribute no span refers to, so the rebuild is seen to put
+ * them in order and drop the orphan.  Built the same way every call, so that a second copy can
+ * serve as the "unchanged" reference. */
+static xsp_trace *attr_trace(void)
+{
+    xsp_trace *t = xsp_trace_new();
+    CHECK(t != NULL);
+    if (!t)
+        return NULL;
+    CHECK_EQ_U(xsp_trace_add_thread(t, 1, "main", 0), 0);
+    xsp_attr at[] = {a_str(t, "type", "Net"), a_str(t, "type", "Linear"), a_int(t, "orphan", 9),
+                     a_int(t, "seq", 7), a_float(t, "w", 1.5)};
+    for (unsigned i = 0; i < 5; i++)
+        CHECK_EQ_U(xsp_trace_add_attr(t, &at[i]), i);
+    static const struct { uint32_t parent, off; uint16_t n; } sp[] = {
+        {XSP_NO_PARENT, 0, 1}, {0, 0, 0}, {0, 3, 2}, {2, 0, 0}, {0, 1, 1}};
+    for (uint32_t i = 0; i < 5; i++) {
+        xsp_span s = {.start_ns = 10 * i, .end_ns = 100 - i, .parent = sp[i].parent,
+                      .name = sid(t, i ? "op" : "root"), .attr_off = sp[i].off,
+                      .attr_n = sp[i].n, .level = XSP_LEVEL_L, .kind = XSP_KIND_OP};
+        CHECK_EQ_U(xsp_trace_add_span(t, &s), i);
+    }
+    char err[256];
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    return t;
+}
+
+/* Byte-exact sameness of what xsp_trace_add_span_attrs may touch (xsp_span and xsp_attr have no
+ * padding), plus xsp_trace_equal for the rest. */
+static int same_raw(const xsp_trace *a, const xsp_trace *b)
+{
+    return xsp_trace_equal(a, b) && a->n_spans == b->n_spans && a->n_attrs == b->n_attrs
+           && a->strings.n == b->strings.n
+           && memcmp(a->spans, b->spans, a->n_spans * sizeof *a->spans) == 0
+           && memcmp(a->attrs, b->attrs, a->n_attrs * sizeof *a->attrs) == 0;
+}
+
+/* Attribute j of span id has this key and type. */
+static int attr_is(const xsp_trace *t, uint32_t id, uint32_t j, const char *key, uint32_t type)
+{
+    const xsp_span *s = &t->spans[id];
+    if (j >= s->attr_n)
+        return 0;
+    const xsp_attr *a = &t->attrs[s->attr_off + j];
+    return a->type == type && strcmp(xsp_strtab_get(&t->strings, a->key, NULL), key) == 0;
+}
+
+static const char *attr_sval(const xsp_trace *t, uint32_t id, uint32_t j)
+{
+    return xsp_strtab_get(&t->strings, t->attrs[t->spans[id].attr_off + j].v.s, NULL);
+}
+
+static void test_add_span_attrs(void)
+{
+    xsp_trace *t = attr_trace(), *ref = attr_trace();
+    if (!t || !ref)
+        return;
+    char err[256];
+    uint32_t nstr = t->strings.n;
+
+    /* n == 0 changes nothing, not even the string table */
+    CHECK(xsp_trace_add_span_attrs(t, "unused", 0, NULL, NULL, err, sizeof err) == 0);
+    CHECK(same_raw(t, ref));
+
+    /* spans with (0, 4) and without (1, 3) attributes; int, float, string and negative values */
+    uint32_t ids[] = {0, 1, 3, 4};
+    xsp_attr v[] = {{.type = XSP_ATTR_INT, .v.i = 100}, {.type = XSP_ATTR_FLOAT, .v.f = 2.5},
+                    {.type = XSP_ATTR_STR, .v.s = sid(t, "big")},
+                    {.type = XSP_ATTR_INT, .v.i = -1}};
+    CHECK_EQ_U(t->strings.n, nstr + 1);   /* "big" */
+    CHECK(xsp_trace_add_span_attrs(t, "flops", 4, ids, v, err, sizeof err) == 0);
+    CHECK_EQ_U(t->strings.n, nstr + 2);   /* "flops" */
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    CHECK_EQ_U(t->n_attrs, 8);            /* 4 kept (the orphan dropped) + 4 new */
+    static const uint32_t offs[] = {0, 2, 3, 5, 6}, ns[] = {2, 1, 2, 1, 2};
+    for (uint32_t i = 0; i < 5; i++) {
+        CHECK_EQ_U(t->spans[i].attr_off, offs[i]);
+        CHECK_EQ_U(t->spans[i].attr_n, ns[i]);
+    }
+    CHECK(attr_is(t, 0, 0, "type", XSP_ATTR_STR) && strcmp(attr_sval(t, 0, 0), "Net") == 0);
+    CHECK(attr_is(t, 0, 1, "flops", XSP_ATTR_INT) && t->attrs[1].v.i == 100);
+    CHECK(attr_is(t, 1, 0, "flops", XSP_ATTR_FLOAT) && t->attrs[2].v.f == 2.5);
+    CHECK(attr_is(t, 2, 0, "seq", XSP_ATTR_INT) && t->attrs[3].v.i == 7);
+    CHECK(attr_is(t, 2, 1, "w", XSP_ATTR_FLOAT) && t->attrs[4].v.f == 1.5);
+    CHECK(attr_is(t, 3, 0, "flops", XSP_ATTR_STR) && strcmp(attr_sval(t, 3, 0), "big") == 0);
+    CHECK(attr_is(t, 4, 0, "type", XSP_ATTR_STR) && strcmp(attr_sval(t, 4, 0), "Linear") == 0);
+    CHECK(attr_is(t, 4, 1, "flops", XSP_ATTR_INT) && t->attrs[7].v.i == -1);
+    for (uint32_t i = 0; i < 5; i++) {   /* spans otherwise untouched */
+        CHECK_EQ_U(t->spans[i].start_ns, ref->spans[i].start_ns);
+        CHECK_EQ_U(t->spans[i].parent, ref->spans[i].parent);
+        CHECK_EQ_U(t->spans[i].name, ref->spans[i].name);
+    }
+    CHECK(!xsp_trace_equal(t, ref));
+
+    /* a key already used by other spans: only the spans named get it */
+    uint32_t id2[] = {0, 4};
+    xsp_attr v2[] = {{.type = XSP_ATTR_INT, .v.i = 1}, {.type = XSP_ATTR_INT, .v.i = 2}};
+    CHECK(xsp_trace_add_span_attrs(t, "seq", 2, id2, v2, err, sizeof err) == 0);
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    CHECK_EQ_U(t->n_attrs, 10);
+    CHECK_EQ_U(t->spans[0].attr_n, 3);
+    CHECK(attr_is(t, 0, 2, "seq", XSP_ATTR_INT) && t->attrs[t->spans[0].attr_off + 2].v.i == 1);
+    CHECK(attr_is(t, 2, 0, "seq", XSP_ATTR_INT) && t->attrs[t->spans[2].attr_off].v.i == 7);
+    CHECK(attr_is(t, 4, 2, "seq", XSP_ATTR_INT) && t->attrs[t->spans[4].attr_off + 2].v.i == 2);
+    xsp_trace_free(t);
+
+    /* every error leaves the trace as it was, byte for byte, string table included */
+    struct {
+        const char *key;
+        uint32_t n, ids[3];
+        xsp_attr v[3];
+        const char *msg;
+    } bad[] = {
+        {"k", 2, {1, 1}, {{.type = 0}, {.type = 0}}, "span 1 (ids[1]): not after ids[0] = 1"},
+        {"k", 2, {3, 1}, {{.type = 0}, {.type = 0}}, "span 1 (ids[1]): not after ids[0] = 3"},
+        {"k", 2, {1, 5}, {{.type = 0}, {.type = 0}},
+         "span 5 (ids[1]): no such span (the trace has 5)"},
+        {"k", 1, {UINT32_MAX}, {{.type = 0}}, "span 4294967295 (ids[0]): no such span"},
+        {"type", 2, {1, 4}, {{.type = 0}, {.type = 0}},
+         "span 4 (ids[1]): already has attribute \"type\""},
+        {"w", 1, {2}, {{.type = 0}}, "span 2 (ids[0]): already has attribute \"w\""},
+        {"k", 2, {0, 3}, {{.type = 0}, {.type = 3}}, "span 3 (ids[1]): unknown value type 3"},
+        {"k", 1, {2}, {{.type = XSP_ATTR_STR, .v.s = 1000}},
+         "span 2 (ids[0]): string value id 1000 out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        t = attr_trace();
+        if (!t)
+            break;
+        err[0] = 0;
+        CHECK(xsp_trace_add_span_attrs(t, bad[i].key, bad[i].n, bad[i].ids, bad[i].v, err,
+                                       sizeof err) == -1);
+        if (!strstr(err, bad[i].msg))
+            fprintf(stderr, "case %zu: got \"%s\", want \"%s\"\n", i, err, bad[i].msg);
+        CHECK(strstr(err, bad[i].msg) != NULL);
+        CHECK(strchr(err, '\n') == NULL);
+        CHECK(same_raw(t, ref));
+        xsp_trace_free(t);
+    }
+
+    /* NULL arguments, an over-long key, a span whose attributes lie outside the array */
+    t = attr_trace();
+    if (!t)
+        return;
+    uint32_t one[] = {1};
+    xsp_attr v1[] = {{.type = XSP_ATTR_INT, .v.i = 1}};
+    CHECK(xsp_trace_add_span_attrs(t, NULL, 1, one, v1, err, sizeof err) == -1);
+    CHECK(strstr(err, "must not be NULL") != NULL);
+    CHECK(xsp_trace_add_span_attrs(t, "k", 1, NULL, v1, err, sizeof err) == -1);
+    CHECK(xsp_trace_add_span_attrs(t, "k", 1, one, NULL, err, sizeof err) == -1);
+    char *longkey = malloc(XSP_STRTAB_MAX_LEN + 2);
+    CHECK(longkey != NULL);
+    if (longkey) {
+        memset(longkey, 'x', XSP_STRTAB_MAX_LEN + 1);
+        longkey[XSP_STRTAB_MAX_LEN + 1] = 0;
+        CHECK(xsp_trace_add_span_attrs(t, longkey, 1, one, v1, err, sizeof err) == -1);
+        CHECK(strstr(err, "attribute key of 65536 bytes") != NULL);
+        longkey[XSP_STRTAB_MAX_LEN] = 0;    /* the longest allowed */
+        xsp_trace *u = attr_trace();
+        if (u) {
+            CHECK(xsp_trace_add_span_attrs(u, longkey, 1, one, v1, err, sizeof err) == 0);
+            CHECK(attr_is(u, 1, 0, longkey, XSP_ATTR_INT));
+            xsp_trace_free(u);
+        }
+        free(longkey);
+    }
+    CHECK(same_raw(t, ref));
+    t->spans[3].attr_off = 4;
+    t->spans[3].attr_n = 2;   /* 4..6 of 5 */
+    CHECK(xsp_trace_add_span_attrs(t, "k", 1, one, v1, err, sizeof err) == -1);
+    CHECK(strstr(err, "span 3: attributes 4..6 out of range (5 attributes)") != NULL);
+    CHECK_EQ_U(t->spans[3].attr_off, 4);
+    CHECK_EQ_U(t->n_attrs, 5);
+    CHECK_EQ_U(t->strings.n, ref->strings.n);
+    xsp_trace_free(t);
+
+    /* attr_n is a uint16: a span can reach 65535 attributes, not more */
+    t = xsp_trace_new();
+    if (!t)
+        return;
+    xsp_trace_add_thread(t, 1, "main", 0);
+    xsp_attr a = a_int(t, "a", 0);
+    for (uint32_t i = 0; i < UINT16_MAX - 1; i++)
+        xsp_trace_add_attr(t, &a);
+    CHECK_EQ_U(t->n_attrs, UINT16_MAX - 1);
+    xsp_span s = {.parent = XSP_NO_PARENT, .attr_n = UINT16_MAX - 1};
+    xsp_trace_add_span(t, &s);
+    uint32_t zero[] = {0};
+    CHECK(xsp_trace_add_span_attrs(t, "b", 1, zero, v1, err, sizeof err) == 0);
+    CHECK_EQ_U(t->spans[0].attr_n, UINT16_MAX);
+    CHECK(attr_is(t, 0, UINT16_MAX - 1, "b", XSP_ATTR_INT));
+    uint32_t nstr2 = t->strings.n;
+    CHECK(xsp_trace_add_span_attrs(t, "c", 1, zero, v1, err, sizeof err) == -1);
+    CHECK(strstr(err, "span 0 (ids[0]): already has 65535 attributes") != NULL);
+    CHECK_EQ_U(t->spans[0].attr_n, UINT16_MAX);
+    CHECK_EQ_U(t->n_attrs, UINT16_MAX);
+    CHECK_EQ_U(t->strings.n, nstr2);
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    xsp_trace_free(t);
+
+    /* an empty trace has no span to add to */
+    t = xsp_trace_new();
+    if (t) {
+        CHECK(xsp_trace_add_span_attrs(t, "k", 1, zero, v1, err, sizeof err) == -1);
+        CHECK(strstr(err, "span 0 (ids[0]): no such span (the trace has 0)") != NULL);
+        CHECK_EQ_U(t->n_attrs, 0);
+        CHECK(t->attrs == NULL);
+        xsp_trace_free(t);
+    }
+    xsp_trace_free(ref);
+}
+
 int main(void)
 {
     test_name_cache();
@@ -459,5 +698,6 @@ int main(void)
     test_threads();
     test_inactive();
     test_trace_check();
+    test_add_span_attrs();
     return CHECK_DONE();
 }

@@ -1,0 +1,187 @@
+"""The command line end to end: `python -m xsp run` profiles a real script (a CPU ResNet-style
+model, forward and backward, two steps) in a child process; summary, export, report and compare
+then read what it wrote.  Errors are one line with a non-zero status."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from html.parser import HTMLParser
+
+import pytest
+
+import xsp
+from xsp import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import torch
+    import xsp
+    from xsp import models
+    torch.manual_seed(0)
+    model, x = models.get("resnet", batch=2)
+    for i in range(int(sys.argv[1])):
+        model(x).sum().backward()
+        xsp.step()
+    print("script args", sys.argv[1:])
+    if len(sys.argv) > 2:
+        raise SystemExit(int(sys.argv[2]))
+""")
+
+
+def xsp_cmd(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "xsp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "train.py").write_text(SCRIPT)
+    r = xsp_cmd("run", "--levels", "ML", "-o", "a.xsp", "--chrome", "a.json", "--html",
+                "a.html", "--top", "3", "train.py", "2", cwd=d)
+    return d, r
+
+
+def test_run_profiles_the_script(ran):
+    d, r = ran
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "script args ['2']\n"          # the script's own output, untouched
+    assert "xsp report: train.py" in r.stderr and "Top 3 layers" in r.stderr
+    assert r.stderr.rstrip().endswith("trace: a.xsp, chrome: a.json, html: a.html")
+    tr = xsp.load(str(d / "a.xsp"))
+    assert tr.meta["levels"] == "ML" and tr.meta["region"] == "train.py"
+    assert [s.name for s in tr.spans(kind="step")] == ["step#0", "step#1"]
+    assert len(tr.spans(kind="model")) == 2
+    assert {s.name for s in tr.spans(kind="module")} >= {"conv1", "layer1.0.conv1", "fc"}
+    assert len(tr.spans(kind="backward")) > 0
+    ev = json.loads((d / "a.json").read_text())["traceEvents"]
+    assert sum(1 for e in ev if e.get("ph") == "X") == len(tr)
+
+
+class Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.text, self.imgs = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "img":
+            self.imgs.append(dict(attrs))
+
+    def handle_data(self, data):
+        self.text.append(data.strip())
+
+
+def test_run_html_report(ran):
+    d, _ = ran
+    p = Tags()
+    p.feed((d / "a.html").read_text())
+    assert p.tags[0] == "html" and "table" in p.tags
+    assert "xsp report: train.py" in p.text and "Top 3 layers" in p.text
+    assert len(p.imgs) == 3            # latency per iteration, top layers, layer types
+    assert all(i["src"].startswith("data:image/png;base64,iVBOR") for i in p.imgs)
+
+
+def test_summary_export_report_compare(ran, tmp_path, capsys):
+    d, _ = ran
+    trace = str(d / "a.xsp")
+    assert cli.main(["summary", trace, "--top", "2", "--tree", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("xsp report: train.py\nlevels ML,")
+    assert "Top 2 layers" in out and "├─ step#0 [step]" in out
+    assert cli.main(["export", trace, "-o", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert cli.main(["report", trace, "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert cli.main(["compare", trace, trace, "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "xsp compare: %s -> %s" % (trace, trace)
+    assert "(+0 ns, 0.0%)" in lines[1]
+    i = lines.index("Layers (largest change first)")
+    assert lines[i + 1].split() == ["name", "before_ns", "after_ns", "delta_ns", "delta_share"]
+    assert len(lines[i + 2:i + 6]) == 4 and all("0 ns" in ln for ln in lines[i + 2:i + 6])
+
+
+def test_compare_shows_the_regression(tmp_path, capsys):
+    from test_analysis import S
+    def tr(fc1):
+        return xsp.Trace.from_spans([
+            S("prof", "region", 0, 1000), S("Net", "model", 0, 1000, 0, type="Net"),
+            S("fc1", "module", 10, 10 + fc1, 1, type="Linear"),
+            S("act", "module", 600, 700, 1, type="ReLU")], meta={"levels": "ML"})
+    tr(300).save(str(tmp_path / "before.xsp"))
+    tr(450).save(str(tmp_path / "after.xsp"))
+    assert cli.main(["compare", str(tmp_path / "before.xsp"), str(tmp_path / "after.xsp")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = out.index("Layers (largest change first)")
+    assert out[i + 2].split() == ["fc1", "300", "ns", "450", "ns", "150", "ns", "50.0%"]
+    assert out[i + 3].split() == ["act", "100", "ns", "100", "ns", "0", "ns", "0.0%"]
+    layers, kernels = xsp.report.compare(xsp.load(str(tmp_path / "before.xsp")),
+                                         xsp.load(str(tmp_path / "after.xsp")))
+    assert layers.values.tolist() == [["fc1", 300.0, 450.0, 150.0, 0.5],
+                                      ["act", 100.0, 100.0, 0.0, 0.0]]
+    assert len(kernels) == 0
+
+
+def test_script_status_and_failure_keep_the_trace(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    r = xsp_cmd("run", "-q", "train.py", "1", "3", cwd=tmp_path)
+    assert r.returncode == 3 and r.stderr == ""
+    assert len(xsp.load(str(tmp_path / "train.xsp")).spans(kind="step")) == 1
+    (tmp_path / "boom.py").write_text("import torch\ntorch.ones(2).sum()\nraise KeyError('x')\n")
+    r = xsp_cmd("run", "boom.py", cwd=tmp_path)
+    assert r.returncode == 1 and "KeyError: 'x'" in r.stderr
+    assert xsp.load(str(tmp_path / "boom.xsp")).spans(name="aten::sum")
+
+
+@pytest.mark.parametrize("argv,status,message", [
+    (["summary", "missing.xsp"], 1, "xsp: error: cannot read 'missing.xsp'"),
+    (["run", "--levels", "Q", "x.py"], 1, "xsp: error: --levels: unknown level letter 'Q'"),
+    (["run", "nope.py"], 1, "xsp: error: no such script: nope.py"),
+    (["summary", "t.xsp", "--top", "0"], 1, "xsp: error: --top must be at least 1"),
+    (["frob"], 2, "xsp: error: argument COMMAND: invalid choice: 'frob'"),
+    (["export", "t.xsp"], 2, "xsp: error: the following arguments are required: -o/--output"),
+    ([], 2, "xsp: error: the following arguments are required: COMMAND"),
+])
+def test_errors_are_one_line(argv, status, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) if status == 2 else _nothing() as ex:
+        rc = cli.main(argv)
+    rc = ex.value.code if status == 2 else rc
+    err = capsys.readouterr().err
+    assert rc == status
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_bad_trace_file_names_the_byte(tmp_path, capsys):
+    good = xsp.Trace.from_spans([{"name": "r", "kind": "region", "start_ns": 0, "end_ns": 5}])
+    data = good.to_bytes()
+    (tmp_path / "cut.xsp").write_bytes(data[:len(data) // 2])
+    assert cli.main(["summary", str(tmp_path / "cut.xsp")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("xsp: error: ") and "byte" in err and err.count("\n") == 1
+    (tmp_path / "j.xsp").write_text("{}")
+    assert cli.main(["compare", str(tmp_path / "j.xsp"), str(tmp_path / "j.xsp")]) == 1
+    assert "not an xsp trace file" in capsys.readouterr().err
+
+
+def test_console_script_is_declared():
+    text = open(os.path.join(ROOT, "pyproject.toml")).read()
+    assert '[project.scripts]\nxsp = "xsp.cli:main"' in text
+    exe = os.path.join(os.path.dirname(sys.executable), "xsp")
+    if os.path.exists(exe):                # installed by `make setup` into the venv
+        r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "compare" in r.stdout
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,218 @@
+"""Leveled measurement (xsp.measure) with the core's fake clock: every clock reading advances
+it by a fixed step, so what each deeper level adds is known exactly.  In run M a model span
+reads the clock twice (begin, end); in run ML each of the n spans recorded inside it reads it
+twice more, so the model span grows from 1 to 1 + 2n steps: the L level's overhead on M.  A
+module that reads the clock k times itself (Tick) makes the latencies vary per iteration."""
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import xsp
+from xsp import _core
+from xsp.leveled import _Progress, trimmed_stats
+
+STEP = 1000
+
+
+class Tick(nn.Module):
+    """Reads the (fake) clock ks[i] times on its i-th call: k steps of model time."""
+
+    def __init__(self, ks):
+        super().__init__()
+        self.ks = list(ks)
+        self.calls = 0
+
+    def forward(self, x):
+        k = self.ks[self.calls] if self.calls < len(self.ks) else 0
+        self.calls += 1
+        for _ in range(k):
+            _core.now()
+        return x
+
+
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)       # no intra-op worker reads the fake clock
+    yield
+    torch.set_num_threads(n)
+
+
+def descendants(trace, i):
+    out, todo = 0, [i]
+    while todo:
+        kids = trace.children_of(todo.pop()).tolist()
+        out += len(kids)
+        todo.extend(kids)
+    return out
+
+
+def test_trimmed_stats():
+    assert trimmed_stats([6, 2, 3, 4], 0.25) == (3.5, 0.5, 2.0, 6.0, 4)
+    assert trimmed_stats([5], 0.4) == (5.0, 0.0, 5.0, 5.0, 1)
+    assert trimmed_stats([1, 2, 3, 100], 0.0) == (26.5, np.std([1, 2, 3, 100]), 1.0, 100.0, 4)
+    m = trimmed_stats([], 0.1)
+    assert np.isnan(m[0]) and m[4] == 0
+
+
+def test_leveled_latencies_and_overhead_exact(fake_clock, one_thread):
+    # warm-up 1 call, run M 4 calls, run ML 4 calls
+    tick = Tick([0, 5, 1, 2, 3, 1, 1, 1, 1])
+    model = nn.Sequential(nn.Linear(4, 4), tick)
+    x = torch.randn(2, 4)
+    fake_clock(10_000_000, STEP)
+    with torch.no_grad():
+        m = xsp.measure(lambda: model(x), levels="ML", warmup=1, repeat=4, trim=0.25,
+                        progress=False)
+    assert m.runs == ("M", "ML") and m.levels == "ML" and tick.calls == 9
+    tm, tml = m.traces["M"], m.traces["ML"]
+    # run M: per iteration, model = (1 + k) steps, step = model + 2 steps
+    models_m = tm.spans(kind="model")
+    assert [s.duration_ns for s in models_m] == [6 * STEP, 2 * STEP, 3 * STEP, 4 * STEP]
+    assert [s.duration_ns for s in tm.spans(kind="step")] == [8 * STEP, 4 * STEP, 5 * STEP,
+                                                              6 * STEP]
+    # run ML: n spans inside each model span, k = 1 each time
+    models_ml = tml.spans(kind="model")
+    n = descendants(tml, models_ml[0].id)
+    assert n >= 4     # two module spans, aten::linear and what it calls
+    assert [s.duration_ns for s in models_ml] == [(2 + 2 * n) * STEP] * 4
+
+    t = m.span_table()
+    assert t["id"].tolist() == list(range(len(t)))
+    assert t.loc[0, "kind"] == "step" and t.loc[0, "parent"] == -1
+    model_row = t[t["kind"] == "model"].iloc[0]
+    # latency of the model from run M: trimmed mean of 6,2,3,4 (drop 2 and 6) = 3.5 steps
+    assert model_row["latency_ns"] == 3.5 * STEP and model_row["duration_ns"] == 3500
+    assert model_row["std_ns"] == 0.5 * STEP
+    assert (model_row["min_ns"], model_row["max_ns"]) == (2 * STEP, 6 * STEP)
+    assert model_row["samples"] == 4 and model_row["source_run"] == "M"
+    assert model_row["ns_M"] == 3.5 * STEP and model_row["ns_ML"] == (2 + 2 * n) * STEP
+    # layers come from run ML; the Tick layer read the clock once: 1 + 1 steps
+    tick_row = t[(t["kind"] == "module") & (t["name"] == "1")].iloc[0]
+    assert tick_row["source_run"] == "ML" and tick_row["latency_ns"] == 2 * STEP
+    assert np.isnan(tick_row["ns_M"])
+    lin = t[(t["kind"] == "module") & (t["name"] == "0")].iloc[0]
+    assert lin["latency_ns"] == (1 + 2 * descendants(tml, tml.spans(name="0")[0].id)) * STEP
+    assert (t.loc[t["kind"] != "step", "parent"] >= 0).all()
+
+    ov = m.overhead
+    assert ov[["level", "run"]].values.tolist() == [["M", "M"], ["M", "ML"], ["L", "ML"]]
+    # M: the step, (1 + k + 2) steps in run M: 8,4,5,6 -> trimmed mean 5.5
+    assert ov.loc[0, "latency_ns"] == 5.5 * STEP and ov.loc[0, "added_ns"] == 0
+    # run ML: step = model (2 + 2n) + 2
+    assert ov.loc[1, "latency_ns"] == (4 + 2 * n) * STEP
+    assert ov.loc[1, "added_ns"] == (4 + 2 * n) * STEP - 5.5 * STEP
+    assert ov.loc[1, "added_share"] == pytest.approx(((4 + 2 * n) - 5.5) / 5.5)
+    # L: the two module spans directly under the model
+    assert ov.loc[2, "latency_ns"] == lin["latency_ns"] + 2 * STEP
+    assert m.latency_ns == 5.5 * STEP
+    assert m.unmatched == {"M": 0, "ML": 0}
+
+
+def test_positional_matching_with_repeated_modules(fake_clock, one_thread):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.ReLU()
+            self.tick = Tick([3, 1] * 4)
+
+        def forward(self, x):
+            return self.tick(self.act(self.tick(self.act(x))))
+
+    net = Net()
+    fake_clock(1_000_000, STEP)
+    m = xsp.measure(lambda: net(torch.ones(3)), levels="ML", warmup=0, repeat=1,
+                    progress=False)
+    t = m.span_table()
+    ticks = t[(t["kind"] == "module") & (t["name"] == "tick")]
+    acts = t[(t["kind"] == "module") & (t["name"] == "act")]
+    assert len(ticks) == 2 and len(acts) == 2
+    # run M made calls 0, 1 (3 and 1 reads); run ML calls 2, 3 (3 and 1): first tick 3 + 1
+    assert ticks["latency_ns"].tolist() == [4 * STEP, 2 * STEP]
+
+
+def test_measure_arguments():
+    f = lambda: None  # noqa: E731
+    with pytest.raises(ValueError, match="prefixes M, ML, MLG"):
+        xsp.measure(f, levels="L")
+    with pytest.raises(ValueError, match="unknown level letter 'Q'"):
+        xsp.measure(f, levels="Q")
+    with pytest.raises(ValueError, match="repeat must be an int >= 1"):
+        xsp.measure(f, levels="M", repeat=0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        xsp.measure(f, levels="M", warmup=-1)
+    with pytest.raises(ValueError, match=r"trim must be a fraction in \[0, 0.5\)"):
+        xsp.measure(f, levels="M", trim=0.5)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        xsp.measure(f, levels="M", batch_size=0)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        xsp.measure(3, levels="M")
+
+
+def test_g_without_gpu_raises_or_falls_back():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    model = nn.Linear(2, 2)
+    x = torch.ones(1, 2)
+    with pytest.raises(xsp.LevelUnavailableError, match="level G cannot be recorded"):
+        xsp.measure(lambda: model(x), levels="MLG", repeat=1, progress=False)
+    with pytest.warns(xsp.XSPWarning, match="measuring M and L only"):
+        m = xsp.measure(lambda: model(x), levels="MLG", repeat=2, progress=False,
+                        gpu_fallback=True)
+    assert m.levels == "ML" and m.runs == ("M", "ML")
+
+
+def test_progress_bar_output():
+    buf = io.StringIO()
+    bar = _Progress(4, True, buf)
+    for label in ("warm-up", "run M", "run M", "run ML"):
+        bar.advance(label)
+    bar.close()
+    out = buf.getvalue().split("\r")[1:]
+    assert out[0].startswith("xsp.measure [######..................] 1/4 warm-up")
+    assert out[3].startswith("xsp.measure [########################] 4/4 run ML")
+    assert buf.getvalue().endswith("\n")
+    quiet = io.StringIO()
+    q = _Progress(2, False, quiet)
+    q.advance("x")
+    q.close()
+    assert quiet.getvalue() == ""
+
+
+def test_measure_real_model_and_sweep(capsys):
+    from xsp import models
+    model, x = models.get("resnet", batch=2)
+    with torch.no_grad():
+        m = xsp.measure(lambda: model(x), levels="ML", warmup=1, repeat=3, batch_size=2)
+    err = capsys.readouterr().err
+    assert "xsp.measure [" in err and "7/7 run ML" in err
+    t = m.span_table()
+    named = {n for n, _ in model.named_modules() if n}
+    assert set(t.loc[t["kind"] == "module", "name"]) == named
+    assert (t["samples"] == 3).all()
+    assert m.unmatched == {"M": 0, "ML": 0}
+    assert m.throughput_per_s == pytest.approx(2e9 / m.latency_ns)
+    rk = xsp.analysis.layer_ranking(m)
+    leaves = {n for n, mod in model.named_modules() if n and not list(mod.children())}
+    assert set(rk["name"]) == leaves        # one iteration: calls per forward (relu: 2)
+    assert rk["calls"].sum() == t["name"].isin(leaves).sum()
+    assert "Overhead per level" in m.report()
+
+    def make(b):
+        xb = torch.randn(b, 3, 16, 16)
+        return lambda: model(xb)
+
+    with torch.no_grad():
+        sw, ms = xsp.sweep(make, [1, 2], warmup=0, repeat=2, progress=False,
+                           return_measurements=True)
+    assert sw["batch_size"].tolist() == [1, 2]
+    assert list(sw.columns) == ["batch_size", "latency_ns", "std_ns", "throughput_per_s",
+                                "added_ns"]
+    for b, lat, tp in zip(sw["batch_size"], sw["latency_ns"], sw["throughput_per_s"]):
+        assert tp == pytest.approx(b * 1e9 / lat)
+    assert [mm.levels for mm in ms] == ["M", "M"]
+    with pytest.raises(ValueError, match="batch sizes must be positive ints"):
+        xsp.sweep(make, [0])

@@ -1,0 +1,411 @@
+"""The automated analyses of XSP's pipeline, each a pandas DataFrame (docs/analyses.md).
+
+Every analysis takes a *source*: an `xsp.Trace`, an `xsp.Measurement` (leveled latencies, see
+xsp.measure) or a span table (a DataFrame shaped like `Trace.to_pandas()`).  They all work on
+the span table, so a trace and a leveled measurement are analysed by the same code.
+
+Terms (docs/analyses.md has the formulas):
+  - iteration: a step span if the trace has steps, else a model span, else the region, else a
+    root span.  Model time = the sum of the iterations' durations; shares are of model time.
+  - layer: a `module` span; a leaf layer has no module span below it.  Layer aggregates (ranking,
+    types, GPU vs CPU) use leaf layers, so no time is counted twice.
+  - GPU work: kernel, memcpy and memset spans.  A layer's or op's GPU time is the duration of
+    the GPU work in its subtree (inclusive); its CPU time is its latency minus that.
+When the source recorded no level G, the G-dependent columns are empty (NaN or None), never 0:
+a CPU run does not say that no GPU work happened.
+"""
+import numpy as np
+import pandas as pd
+
+GPU_WORK = ("kernel", "memcpy", "memset")
+ITERATION_KINDS = ("step", "model", "region")
+
+
+def _src(source):
+    return source if isinstance(source, _Source) else _Source(source)
+
+
+class _Source:
+    """A normalised source: the span table, the trace metadata, whether G was recorded."""
+
+    def __init__(self, source):
+        from .trace import Trace
+        self.measurement = None
+        if isinstance(source, Trace):
+            self.df = source.to_pandas()
+            self.meta = dict(source.meta)
+        elif isinstance(source, pd.DataFrame):
+            self.df = source
+            self.meta = dict(source.attrs.get("meta", {}))
+        elif hasattr(source, "span_table") and hasattr(source, "trace"):
+            self.measurement = source
+            self.df = source.span_table()
+            self.meta = dict(source.trace.meta)
+        else:
+            raise TypeError("an analysis takes an xsp.Trace, an xsp.Measurement or a span "
+                            "DataFrame (Trace.to_pandas()), not %s" % type(source).__name__)
+        need = {"id", "parent", "kind", "name", "duration_ns"}
+        missing = need - set(self.df.columns)
+        if missing:
+            raise ValueError("the span table lacks column(s) %s" % ", ".join(sorted(missing)))
+        n = len(self.df)
+        ids = self.df["id"].to_numpy()
+        if n and not np.array_equal(ids, np.arange(n)):
+            raise ValueError("the span table's ids must be 0..n-1 in order (as to_pandas gives)")
+        self.parent = self.df["parent"].to_numpy().astype(np.int64)
+        self.kind = self.df["kind"].to_numpy()
+        self.dur = self.df["duration_ns"].to_numpy().astype(np.int64)
+        levels = self.meta.get("levels")
+        if isinstance(levels, str):
+            self.has_gpu = "G" in levels
+        else:
+            self.has_gpu = bool(np.isin(self.kind, GPU_WORK + ("runtime", "driver")).any())
+
+    def col(self, name, default=None):
+        if name in self.df.columns:
+            return self.df[name].to_numpy()
+        return np.full(len(self.df), default, dtype=object)
+
+    def nearest(self, kinds, strict=True):
+        """For each span, the id of its nearest ancestor (strict) or itself-or-ancestor whose
+        kind is in kinds; -1 for none.  Pointer jumping, one pass per level of nesting."""
+        is_k = np.isin(self.kind, kinds)
+        cur = self.parent.copy() if strict else np.arange(len(self.df), dtype=np.int64)
+        todo = (cur >= 0)
+        todo[todo] = ~is_k[cur[todo]]
+        while todo.any():
+            cur[todo] = self.parent[cur[todo]]
+            todo = (cur >= 0)
+            todo[todo] = ~is_k[cur[todo]]
+        return cur
+
+    def inclusive_sum(self, values, targets_kinds):
+        """For each span of targets_kinds, the sum of values over the spans whose chain of
+        ancestors of those kinds includes it (every enclosing one, not only the nearest)."""
+        out = np.zeros(len(self.df), dtype=np.int64)
+        up = self.nearest(targets_kinds)
+        cur = up.copy()
+        vals = np.asarray(values, dtype=np.int64)
+        live = cur >= 0
+        while live.any():
+            np.add.at(out, cur[live], vals[live])
+            nxt = np.full(len(cur), -1, dtype=np.int64)
+            nxt[live] = up[cur[live]]
+            cur = nxt
+            live = cur >= 0
+        return out
+
+    def iterations(self):
+        """Ids of the iteration spans (see the module docstring)."""
+        for k in ITERATION_KINDS:
+            ids = np.nonzero(self.kind == k)[0]
+            if len(ids):
+                return ids
+        return np.nonzero(self.parent < 0)[0]
+
+    def model_time(self):
+        return int(self.dur[self.iterations()].sum())
+
+
+def _gpu_columns(src):
+    """Per span: inclusive kernel count, kernel ns and copy ns (memcpy + memset) of the GPU
+    work in its subtree, and the same for the GPU work done in backward passes attributed to
+    it through the forward op (module column)."""
+    kern = (src.kind == "kernel").astype(np.int64)
+    kern_ns = np.where(src.kind == "kernel", src.dur, 0)
+    copy_ns = np.where(np.isin(src.kind, ("memcpy", "memset")), src.dur, 0)
+    return kern, kern_ns, copy_ns
+
+
+def _empty(columns):
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def model_latency(source, batch_size=None):
+    """One row per iteration: iteration (0, 1, ...), id, name, kind, start_ns, latency_ns and
+    throughput_per_s = batch_size / latency in seconds (NaN without batch_size)."""
+    src = _src(source)
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer))
+                                   or batch_size <= 0):
+        raise ValueError("batch_size must be a positive int, not %r" % (batch_size,))
+    ids = src.iterations()
+    lat = src.dur[ids]
+    tput = (batch_size * 1e9 / lat.astype(np.float64)) if batch_size else \
+        np.full(len(ids), np.nan)
+    with np.errstate(divide="ignore"):
+        return pd.DataFrame({
+            "iteration": np.arange(len(ids), dtype=np.int64),
+            "id": ids.astype(np.int64),
+            "name": src.df["name"].to_numpy()[ids],
+            "kind": src.kind[ids],
+            "start_ns": src.col("start_ns", 0)[ids].astype(np.int64),
+            "latency_ns": lat,
+            "throughput_per_s": tput,
+        })
+
+
+def _layer_rows(src):
+    is_mod = src.kind == "module"
+    ids = np.nonzero(is_mod)[0]
+    enclosing = src.nearest(("module",))
+    has_mod_child = np.zeros(len(src.df), dtype=bool)
+    e = enclosing[is_mod]
+    has_mod_child[e[e >= 0]] = True
+    depth = np.zeros(len(src.df), dtype=np.int64)   # module ancestors of each module span
+    cur = enclosing.copy()
+    live = cur >= 0
+    while live.any():
+        depth[live] += 1
+        cur[live] = enclosing[cur[live]]
+        live = cur >= 0
+    return ids, ~has_mod_child, depth
+
+
+def layers(source, shapes=False):
+    """One row per layer call (module span) in execution order: index, id, name (qualified),
+    type, depth (module ancestors), leaf, latency_ns (inclusive), self_ns, allocated_bytes
+    (memory allocated in the call where PyTorch reports it: CUDA caching allocator, with
+    xsp.profile(profile_memory=True); NaN otherwise), and with shapes=True the input shapes
+    (recorded with xsp.profile(record_shapes=True))."""
+    src = _src(source)
+    if shapes and "shapes" not in src.df.columns:
+        raise ValueError("this trace has no input shapes: record it with "
+                         "xsp.profile(..., record_shapes=True)")
+    ids, leaf, depth = _layer_rows(src)
+    mem = src.col("mem_bytes", None)[ids]
+    df = pd.DataFrame({
+        "index": np.arange(len(ids), dtype=np.int64),
+        "id": ids.astype(np.int64),
+        "name": src.df["name"].to_numpy()[ids],
+        "type": src.col("type", None)[ids],
+        "depth": depth[ids],
+        "leaf": leaf[ids],
+        "latency_ns": src.dur[ids],
+        "self_ns": src.col("self_ns", 0)[ids].astype(np.int64),
+        "allocated_bytes": pd.array([np.nan if v is None else v for v in mem], dtype="Float64")
+        if len(ids) else pd.array([], dtype="Float64"),
+    })
+    if shapes:
+        df.insert(4, "shapes", src.col("shapes", None)[ids])
+    return df
+
+
+def _leaf_layers(src):
+    ids, leaf, _ = _layer_rows(src)
+    keep = ids[leaf[ids]]
+    return pd.DataFrame({
+        "id": keep,
+        "name": src.df["name"].to_numpy()[keep],
+        "type": src.col("type", None)[keep],
+        "latency_ns": src.dur[keep],
+    })
+
+
+def layer_ranking(source, n=None):
+    """Leaf layers by total latency, slowest first: rank (1, 2, ...), name, type, calls,
+    total_ns, mean_ns (total / calls, floored), share (of model time) and cumulative_share."""
+    src = _src(source)
+    leaf = _leaf_layers(src)
+    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "share", "cumulative_share"]
+    if not len(leaf):
+        return _empty(cols)
+    g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
+                                             total_ns=("latency_ns", "sum"),
+                                             first=("id", "min"))
+    g = g.reset_index().sort_values(["total_ns", "first"], ascending=[False, True],
+                                    kind="stable")
+    g["mean_ns"] = g["total_ns"] // g["calls"]
+    mt = src.model_time()
+    g["share"] = g["total_ns"] / mt if mt else np.nan
+    g["cumulative_share"] = g["share"].cumsum()
+    g["rank"] = np.arange(1, len(g) + 1)
+    g = g[cols].reset_index(drop=True)
+    return g if n is None else g.head(n)
+
+
+def layer_types(source):
+    """Leaf layers grouped by type (class): type, count, total_ns, count_share (of leaf layer
+    calls) and latency_share (of model time), by total latency, largest first."""
+    src = _src(source)
+    leaf = _leaf_layers(src)
+    cols = ["type", "count", "total_ns", "count_share", "latency_share"]
+    if not len(leaf):
+        return _empty(cols)
+    leaf["type"] = leaf["type"].fillna("?")
+    g = leaf.groupby("type", sort=False).agg(count=("id", "size"),
+                                             total_ns=("latency_ns", "sum"),
+                                             first=("id", "min")).reset_index()
+    g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
+    g["count_share"] = g["count"] / len(leaf)
+    mt = src.model_time()
+    g["latency_share"] = g["total_ns"] / mt if mt else np.nan
+    return g[cols].reset_index(drop=True)
+
+
+KERNEL_ATTRS = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                "block_z", "registers", "smem_static", "smem_dynamic", "correlation",
+                "graph_id")
+
+
+def kernels(source):
+    """One row per kernel in start order: index, id, name, start_ns, duration_ns, op (name of
+    the op that launched it), layer (qualified name of the module whose forward launched it, or
+    for backward kernels the module of the forward op, from the module column), then the
+    kernel attributes device, stream, grid_x/y/z, block_x/y/z, registers, smem_static,
+    smem_dynamic, correlation, graph_id (None where absent).  Empty without level G."""
+    src = _src(source)
+    ids = np.nonzero(src.kind == "kernel")[0]
+    op = src.nearest(("op",))[ids]
+    names = src.df["name"].to_numpy()
+    df = pd.DataFrame({
+        "index": np.arange(len(ids), dtype=np.int64),
+        "id": ids.astype(np.int64),
+        "name": names[ids],
+        "start_ns": src.col("start_ns", 0)[ids].astype(np.int64),
+        "duration_ns": src.dur[ids],
+        "op": np.where(op >= 0, names[np.maximum(op, 0)], None) if len(ids) else [],
+        "layer": src.col("module", None)[ids],
+    })
+    for a in KERNEL_ATTRS:
+        df[a] = src.col(a, None)[ids]
+    return df
+
+
+def kernels_by_name(source):
+    """Kernels aggregated by name: name, count, total_ns, mean_ns (floored), min_ns, max_ns and
+    share (total / model time), largest total first.  Empty without level G."""
+    src = _src(source)
+    k = kernels(src)
+    cols = ["name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share"]
+    if not len(k):
+        return _empty(cols)
+    g = k.groupby("name", sort=False).agg(count=("id", "size"), total_ns=("duration_ns", "sum"),
+                                          min_ns=("duration_ns", "min"),
+                                          max_ns=("duration_ns", "max"),
+                                          first=("id", "min")).reset_index()
+    g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
+    g["mean_ns"] = g["total_ns"] // g["count"]
+    mt = src.model_time()
+    g["share"] = g["total_ns"] / mt if mt else np.nan
+    return g[cols].reset_index(drop=True)
+
+
+def _by(src, kinds, label):
+    """GPU work aggregated over spans of `kinds` by name (inclusive of nested ones)."""
+    kern, kern_ns, copy_ns = _gpu_columns(src)
+    ids = np.nonzero(np.isin(src.kind, kinds))[0]
+    cols = [label, "type", "calls", "latency_ns", "kernels", "kernel_ns", "copy_ns", "gpu_ns",
+            "cpu_ns", "gpu_share"]
+    if not len(ids):
+        return _empty(cols)
+    names = src.df["name"].to_numpy()
+    df = pd.DataFrame({label: names[ids], "type": src.col("type", None)[ids],
+                       "latency_ns": src.dur[ids], "first": ids})
+    if src.has_gpu:
+        df["kernels"] = src.inclusive_sum(kern, kinds)[ids]
+        df["kernel_ns"] = src.inclusive_sum(kern_ns, kinds)[ids]
+        df["copy_ns"] = src.inclusive_sum(copy_ns, kinds)[ids]
+    g = df.groupby(label, sort=False).agg(
+        type=("type", "first"), calls=("first", "size"), latency_ns=("latency_ns", "sum"),
+        first=("first", "min"),
+        **({"kernels": ("kernels", "sum"), "kernel_ns": ("kernel_ns", "sum"),
+            "copy_ns": ("copy_ns", "sum")} if src.has_gpu else {})).reset_index()
+    if src.has_gpu:
+        g["gpu_ns"] = g["kernel_ns"] + g["copy_ns"]
+        g["cpu_ns"] = g["latency_ns"] - g["gpu_ns"]
+        g["gpu_share"] = np.where(g["latency_ns"] > 0, g["gpu_ns"] / g["latency_ns"].clip(1),
+                                  np.nan)
+    else:
+        for c in ("kernels", "kernel_ns", "copy_ns", "gpu_ns", "cpu_ns", "gpu_share"):
+            g[c] = np.nan
+    g = g.sort_values("first", kind="stable")
+    return g[cols].reset_index(drop=True)
+
+
+def kernels_by_layer(source):
+    """GPU work per layer (every module name, in order of first call): layer, type, calls,
+    latency_ns (sum of the calls' forward latency), kernels (count), kernel_ns, copy_ns
+    (memcpy + memset), gpu_ns = kernel_ns + copy_ns of the work launched inside the layer's
+    forward (nested layers included), cpu_ns = latency_ns - gpu_ns (negative when kernels run
+    asynchronously past the layer's CPU span), gpu_share = gpu_ns / latency_ns.  G columns are
+    NaN without level G."""
+    return _by(_src(source), ("module",), "layer")
+
+
+def kernels_by_op(source):
+    """As kernels_by_layer, per op name (aten::...): op, calls, latency_ns, kernels,
+    kernel_ns, copy_ns, gpu_ns, cpu_ns, gpu_share; an op's GPU work includes that of the ops
+    nested in it."""
+    df = _by(_src(source), ("op",), "op")
+    return df.drop(columns=["type"])
+
+
+def gpu_vs_cpu(source):
+    """GPU against CPU time per leaf layer, in order of first call: layer, type, calls,
+    latency_ns, gpu_ns, cpu_ns, gpu_share, cpu_share (= cpu_ns / latency_ns); the last row,
+    layer "(model)", is the model time against all GPU work in the iterations.  G columns are
+    NaN without level G."""
+    src = _src(source)
+    by = _by(src, ("module",), "layer")
+    leaf = set(_leaf_layers(src)["name"])
+    by = by[by["layer"].isin(leaf)].reset_index(drop=True)
+    cols = ["layer", "type", "calls", "latency_ns", "gpu_ns", "cpu_ns", "gpu_share",
+            "cpu_share"]
+    by["cpu_share"] = by["cpu_ns"] / by["latency_ns"].where(by["latency_ns"] > 0)
+    its = src.iterations()
+    mt = src.model_time()
+    if src.has_gpu:
+        kern, kern_ns, copy_ns = _gpu_columns(src)
+        it_kinds = tuple(np.unique(src.kind[its]))
+        in_it = src.nearest(it_kinds, strict=False) >= 0
+        gpu = int((kern_ns + copy_ns)[in_it].sum())
+        total = {"gpu_ns": gpu, "cpu_ns": mt - gpu,
+                 "gpu_share": gpu / mt if mt else np.nan,
+                 "cpu_share": (mt - gpu) / mt if mt else np.nan}
+    else:
+        total = {"gpu_ns": np.nan, "cpu_ns": np.nan, "gpu_share": np.nan, "cpu_share": np.nan}
+    row = pd.DataFrame([{"layer": "(model)", "type": None, "calls": len(its),
+                         "latency_ns": mt, **total}])
+    out = pd.concat([by[cols], row[cols]], ignore_index=True) if len(by) else row[cols]
+    return out
+
+
+def roofline(source, peak_gflops=None, peak_dram_gbps=None):
+    """Roofline columns per kernel name: name, count, duration_ns (total), flops, dram_bytes,
+    arithmetic_intensity = flops / dram_bytes (FLOP/byte), gflops = flops / duration_ns
+    (achieved GFLOP/s), dram_gbps = dram_bytes / duration_ns (GB/s), bound = "memory" when the
+    intensity is below the ridge point peak_gflops / peak_dram_gbps, else "compute".  flops and
+    dram_bytes come from the kernel attributes of the same names (hardware metrics); where a
+    kernel lacks them the derived columns are NaN and bound is None, never guessed."""
+    src = _src(source)
+    k = kernels(src)
+    cols = ["name", "count", "duration_ns", "flops", "dram_bytes", "arithmetic_intensity",
+            "gflops", "dram_gbps", "bound"]
+    if not len(k):
+        return _empty(cols)
+    ids = k["id"].to_numpy()
+    k["flops"] = pd.to_numeric(pd.Series(src.col("flops", None)[ids]), errors="coerce")
+    k["dram_bytes"] = pd.to_numeric(pd.Series(src.col("dram_bytes", None)[ids]),
+                                    errors="coerce")
+    g = k.groupby("name", sort=False).agg(
+        count=("id", "size"), duration_ns=("duration_ns", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=len(s))),
+        dram_bytes=("dram_bytes", lambda s: s.sum(min_count=len(s))),
+        first=("id", "min")).reset_index()
+    g = g.sort_values(["duration_ns", "first"], ascending=[False, True], kind="stable")
+    g["arithmetic_intensity"] = g["flops"] / g["dram_bytes"].where(g["dram_bytes"] > 0)
+    dur = g["duration_ns"].where(g["duration_ns"] > 0).astype(float)
+    g["gflops"] = g["flops"] / dur
+    g["dram_gbps"] = g["dram_bytes"] / dur
+    if peak_gflops and peak_dram_gbps:
+        ridge = float(peak_gflops) / float(peak_dram_gbps)
+        ai = g["arithmetic_intensity"]
+        g["bound"] = pd.Series([None if np.isnan(v) else ("memory" if v < ridge else "compute")
+                                for v in ai], index=g.index, dtype=object)
+    else:
+        g["bound"] = pd.Series([None] * len(g), index=g.index, dtype=object)
+    return g[cols].reset_index(drop=True)
+
+
+__all__ = ["model_latency", "layers", "layer_ranking", "layer_types", "kernels",
+           "kernels_by_name", "kernels_by_layer", "kernels_by_op", "gpu_vs_cpu", "roofline"]

@@ -1,0 +1,214 @@
+"""The command line: `xsp` and `python -m xsp`.
+
+    xsp run [--levels ML] [-o trace.xsp] [--chrome t.json] [--html r.html] script.py [args...]
+    xsp run [...] -m package.module [args...]
+    xsp summary trace.xsp [--top N] [--tree DEPTH]
+    xsp export trace.xsp -o trace.json            (Chrome trace JSON, for Perfetto)
+    xsp report trace.xsp -o report.html           (the self-contained HTML report)
+    xsp compare before.xsp after.xsp [--top N]
+
+Errors (bad arguments, a missing or corrupt file) are one line on stderr, `xsp: error: ...`,
+with exit status 2 for bad arguments and 1 for everything else.  `xsp run` exits with the
+script's own status; the trace is written even when the script fails.
+"""
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+
+class _Fail(Exception):
+    """A one-line error: printed as `xsp: error: <msg>`, exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write("xsp: error: %s (see xsp %s--help)\n" % (
+            message, (self.prog.split(" ", 1)[1] + " ") if " " in self.prog else ""))
+        sys.exit(2)
+
+
+def _parser():
+    p = _Parser(prog="xsp", description="Across-stack profiling for PyTorch: model -> layers "
+                "-> aten ops -> CUDA API calls -> GPU kernels, in one trace.")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser("run", help="profile a whole Python script or module")
+    r.add_argument("--levels", default="ML", help="levels to record: M, L, G (default ML)")
+    r.add_argument("-o", "--output", help="trace file to write (default: <script>.xsp)")
+    r.add_argument("--chrome", help="also write Chrome trace JSON here")
+    r.add_argument("--html", help="also write the HTML report here")
+    r.add_argument("--top", type=int, default=10, help="rows per table in the summary")
+    r.add_argument("--gpu-fallback", action="store_true",
+                   help="record M and L when G is unavailable, instead of failing")
+    r.add_argument("--record-shapes", action="store_true",
+                   help="record each layer call's input shapes")
+    r.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    r.add_argument("-m", dest="module", action="store_true",
+                   help="run TARGET as a module (like python -m)")
+    r.add_argument("target", metavar="TARGET", help="script path (or module name with -m)")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+    s = sub.add_parser("summary", help="print the summary of a saved trace")
+    s.add_argument("trace")
+    s.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
+    s.add_argument("--tree", type=int, metavar="DEPTH",
+                   help="also print the span tree down to DEPTH")
+
+    e = sub.add_parser("export", help="convert a saved trace (Chrome trace JSON)")
+    e.add_argument("trace")
+    e.add_argument("-o", "--output", required=True, help="file to write")
+    e.add_argument("--format", choices=["chrome"], default="chrome")
+
+    h = sub.add_parser("report", help="write the self-contained HTML report of a saved trace")
+    h.add_argument("trace")
+    h.add_argument("-o", "--output", required=True, help="HTML file to write")
+    h.add_argument("--top", type=int, default=10)
+
+    c = sub.add_parser("compare", help="per layer and per kernel: before, after, delta")
+    c.add_argument("before")
+    c.add_argument("after")
+    c.add_argument("--top", type=int, default=20, help="rows per table (default 20)")
+    return p
+
+
+def _load(path):
+    from . import TraceFormatError, load
+    try:
+        return load(path)
+    except TraceFormatError as exc:
+        raise _Fail(str(exc).replace("\n", " ")) from None
+    except OSError as exc:
+        msg = str(exc)
+        raise _Fail(msg if path in msg else "cannot read %s: %s" % (path, msg)) from None
+
+
+def _write(what, fn, path):
+    try:
+        fn(path)
+    except OSError as exc:
+        raise _Fail("cannot write %s %s: %s" % (what, path, exc.strerror or exc)) from None
+
+
+def _run(ns):
+    import xsp
+    if ns.top < 1:
+        raise _Fail("--top must be at least 1")
+    try:
+        levels = xsp.parse_levels(ns.levels)
+    except (TypeError, ValueError) as exc:
+        raise _Fail("--levels: %s" % exc) from None
+    if ns.module:
+        label = ns.target
+        argv0 = ns.target
+    else:
+        if not os.path.isfile(ns.target):
+            raise _Fail("no such script: %s" % ns.target)
+        label = os.path.basename(ns.target)
+        argv0 = ns.target
+    out = ns.output or (os.path.splitext(label)[0] if not ns.module
+                        else ns.target.rsplit(".", 1)[-1]) + ".xsp"
+    for opt, path in (("-o", out), ("--chrome", ns.chrome), ("--html", ns.html)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise _Fail("%s %s: no such directory" % (opt, path))
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [argv0] + list(ns.args)
+    if not ns.module:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(ns.target)))
+    status = 0
+    try:
+        prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
+                           record_shapes=ns.record_shapes)
+        try:
+            prof.start()
+        except xsp.ProfilerError as exc:
+            raise _Fail(str(exc)) from None
+        try:
+            if ns.module:
+                runpy.run_module(ns.target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(ns.target, run_name="__main__")
+        except SystemExit as exc:
+            code = exc.code
+            status = code if isinstance(code, int) else (0 if code is None else 1)
+            if not isinstance(code, int) and code is not None:
+                sys.stderr.write("%s\n" % code)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        finally:
+            prof.stop()
+    finally:
+        sys.argv = saved_argv
+        if not ns.module and sys.path and saved_path0 is not None:
+            try:
+                sys.path.remove(os.path.dirname(os.path.abspath(ns.target)))
+            except ValueError:
+                pass
+    trace = prof.trace
+    _write("trace", trace.save, out)
+    if ns.chrome:
+        _write("Chrome trace", trace.to_chrome_trace, ns.chrome)
+    if ns.html:
+        from . import report
+        _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), ns.html)
+    if not ns.quiet:
+        from . import report
+        sys.stderr.write(report.text(trace, top=ns.top))
+        sys.stderr.write("trace: %s%s%s\n" % (
+            out, (", chrome: " + ns.chrome) if ns.chrome else "",
+            (", html: " + ns.html) if ns.html else ""))
+    return status
+
+
+def _summary(ns):
+    from . import report
+    if ns.top < 1:
+        raise _Fail("--top must be at least 1")
+    trace = _load(ns.trace)
+    sys.stdout.write(report.text(trace, top=ns.top))
+    if ns.tree is not None:
+        sys.stdout.write("\n" + trace.tree(max_depth=ns.tree) + "\n")
+    return 0
+
+
+def _export(ns):
+    trace = _load(ns.trace)
+    _write("Chrome trace", trace.to_chrome_trace, ns.output)
+    return 0
+
+
+def _report(ns):
+    from . import report
+    trace = _load(ns.trace)
+    _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), ns.output)
+    return 0
+
+
+def _compare(ns):
+    from . import report
+    if ns.top < 1:
+        raise _Fail("--top must be at least 1")
+    before, after = _load(ns.before), _load(ns.after)
+    sys.stdout.write(report.compare_text(before, after, top=ns.top,
+                                         names=(ns.before, ns.after)))
+    return 0
+
+
+def main(argv=None):
+    """Entry point of `xsp` and `python -m xsp`; returns the exit status."""
+    ns = _parser().parse_args(argv)
+    try:
+        return {"run": _run, "summary": _summary, "export": _export, "report": _report,
+                "compare": _compare}[ns.cmd](ns)
+    except _Fail as exc:
+        sys.stderr.write("xsp: error: %s\n" % exc)
+        return 1
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""Leveled measurement, XSP's key idea: `xsp.measure` and `xsp.sweep`.
+
+Profiling a deeper level inflates the latencies seen at the levels above it (every op span
+costs the model span its recording time).  So measure() runs the workload unprofiled to warm
+up, then once per prefix of the levels asked for (M; M+L; M+L+G), `repeat` iterations each, and
+takes every span's latency from the shallowest run that records its level: the model latency
+from the M run, layer and op latencies from the M+L run, GPU latencies from the M+L+G run.  The
+structure (which spans exist, their nesting, attributes) comes from the deepest run.
+
+Spans of different runs and iterations are matched by their position in the tree, never by
+time: a span's key is the chain, from its iteration's step span down to it, of (kind, name,
+ordinal among the siblings with the same kind and name).  Roots that another thread recorded
+(autograd's device threads; adopted by the region) belong to the iteration during which they
+started, keyed under it with the same rule.
+
+Statistics over the iterations are a trimmed mean (drop floor(trim * n) samples at each end)
+and, of the samples kept, the population standard deviation; min and max are of all samples.
+The overhead table says what each deeper run added to each level's latency.
+"""
+import sys
+
+import numpy as np
+import pandas as pd
+
+from .levels import parse_levels
+from .profiler import profile
+from .trace import KINDS
+
+RUN_ORDER = ("M", "ML", "MLG")
+GPU_WORK = ("kernel", "memcpy", "memset")
+
+
+def trimmed_stats(samples, trim):
+    """(trimmed mean, std of the kept samples, min, max, n) of a 1-d sequence; the mean and std
+    drop floor(trim * n) samples at each end of the sorted samples.  NaNs for no samples."""
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = len(x)
+    if n == 0:
+        return (np.nan, np.nan, np.nan, np.nan, 0)
+    k = int(np.floor(trim * n))
+    kept = x[k:n - k] if n - 2 * k > 0 else x
+    return (float(kept.mean()), float(kept.std()), float(x[0]), float(x[-1]), n)
+
+
+class _Progress:
+    """A one-line progress bar on stderr (or any stream): `xsp.measure [####....] 7/23 ML`."""
+
+    WIDTH = 24
+
+    def __init__(self, total, enabled, stream=None):
+        self.total = max(int(total), 1)
+        self.done = 0
+        self.enabled = bool(enabled)
+        self.stream = stream if stream is not None else sys.stderr
+
+    def advance(self, label):
+        self.done += 1
+        if not self.enabled:
+            return
+        fill = self.WIDTH * self.done // self.total
+        self.stream.write("\rxsp.measure [%s%s] %d/%d %-16s" % (
+            "#" * fill, "." * (self.WIDTH - fill), self.done, self.total, label))
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _span_keys(trace, intern):
+    """Per span of a measured trace: (iteration index or -1, key id or -1).  Key ids come from
+    intern, a dict shared by all runs: (parent key id, kind, name, ordinal) -> id; the step
+    spans (iteration roots) all have key 0."""
+    n = len(trace)
+    kinds = trace._kind
+    step_kind = KINDS.index("step")
+    parent = trace.parent_ids
+    it = np.full(n, -1, dtype=np.int64)
+    key = np.full(n, -1, dtype=np.int64)
+    steps = np.nonzero(kinds == step_kind)[0]
+    if not len(steps):
+        return it, key
+    it[steps] = np.arange(len(steps))
+    step_start = trace.start_ns[steps]
+    step_end = trace.end_ns[steps]
+    key[steps] = 0
+    names = trace.strings
+    knames = KINDS
+    counts = {}
+    name_col = trace._name
+    for i in range(n):
+        if it[i] >= 0 and key[i] == 0:
+            continue                      # a step
+        p = parent[i]
+        if p >= 0 and key[p] >= 0:
+            pk, itn = key[p], it[p]
+        else:
+            # a root or a child of the region: belongs to the step during which it started
+            j = int(np.searchsorted(step_start, trace.start_ns[i], side="right")) - 1
+            if j < 0 or trace.start_ns[i] > step_end[j] or kinds[i] == step_kind:
+                continue
+            pk, itn = 0, j
+        tag = (int(pk), knames[kinds[i]], names[name_col[i]])
+        c = counts.get((itn, tag), 0)
+        counts[(itn, tag)] = c + 1
+        key[i] = intern.setdefault(tag + (c,), len(intern) + 1)
+        it[i] = itn
+    return it, key
+
+
+class Measurement:
+    """The result of xsp.measure: leveled latencies over the structure of the deepest run.
+
+    levels: the levels measured ("M", "ML" or "MLG"); runs: the runs made, shallowest first;
+    traces: {run: Trace}; trace: the deepest run's trace; warmup, repeat, trim, batch_size: as
+    given.  span_table(): one row per span of one iteration of the deepest run with leveled
+    latencies (see docs/analyses.md); overhead: what each deeper run added to each level;
+    latency_ns: the model latency (trimmed mean of the iteration latency in the M run);
+    unmatched: {run: spans of that run found nowhere in the deepest run's structure}.
+    Every analysis in xsp.analysis accepts a Measurement.
+    """
+
+    def __init__(self, levels, traces, warmup, repeat, trim, batch_size):
+        self.levels = levels
+        self.runs = tuple(traces)
+        self.traces = dict(traces)
+        self.trace = traces[self.runs[-1]]
+        self.warmup = warmup
+        self.repeat = repeat
+        self.trim = trim
+        self.batch_size = batch_size
+        self._intern = {}
+        self._keys = {r: _span_keys(t, self._intern) for r, t in self.traces.items()}
+        self._table = None
+        self._overhead = None
+        deep_keys = set(self._keys[self.runs[-1]][1].tolist())
+        self.unmatched = {r: int(sum(1 for k in self._keys[r][1].tolist()
+                                     if k > 0 and k not in deep_keys)) for r in self.runs}
+
+    def _samples(self, run):
+        """{key id: array of durations, one per iteration where the key occurs}."""
+        it, key = self._keys[run]
+        t = self.traces[run]
+        ok = key >= 0
+        df = pd.DataFrame({"key": key[ok], "dur": t.duration_ns[ok]})
+        return {k: g.to_numpy() for k, g in df.groupby("key")["dur"]}
+
+    def span_table(self):
+        """One row per span of the deepest run's first iteration (ids renumbered 0..n-1 in
+        start order, the step span first with parent -1), with the columns of
+        Trace.to_pandas() where duration_ns is the leveled latency (rounded to ns) and
+        self_ns follows from it, plus latency_ns (exact trimmed mean), std_ns, min_ns, max_ns,
+        samples, source_run (the run it was taken from) and ns_<run> (trimmed mean in each
+        run, NaN where the run does not record it)."""
+        if self._table is not None:
+            return self._table.copy()
+        deep = self.runs[-1]
+        it, key = self._keys[deep]
+        sel = np.nonzero((it == 0) & (key >= 0))[0]
+        full = self.trace.to_pandas()
+        df = full.iloc[sel].reset_index(drop=True)
+        remap = np.full(len(self.trace), -1, dtype=np.int64)
+        remap[sel] = np.arange(len(sel))
+        par = df["parent"].to_numpy()
+        newpar = np.where(par >= 0, remap[np.maximum(par, 0)], -1)
+        keys = key[sel]
+        newpar[(newpar < 0) & (keys != 0)] = 0      # adopted roots hang under the step
+        df["id"] = np.arange(len(sel), dtype=np.int64)
+        df["parent"] = newpar
+        samples = {r: self._samples(r) for r in self.runs}
+        stats = {r: {k: trimmed_stats(v, self.trim) for k, v in samples[r].items()}
+                 for r in self.runs}
+        lat, std, mn, mx, cnt, src_run = [], [], [], [], [], []
+        per_run = {r: [] for r in self.runs}
+        levels = df["level"].to_numpy()
+        for k, lv in zip(keys.tolist(), levels):
+            want = self.runs[min(self.levels.index(lv), len(self.runs) - 1)]
+            order = [want] + [r for r in self.runs if r != want]
+            chosen = next((r for r in order if k in stats[r]), deep)
+            s = stats[chosen].get(k, (np.nan, np.nan, np.nan, np.nan, 0))
+            lat.append(s[0])
+            std.append(s[1])
+            mn.append(s[2])
+            mx.append(s[3])
+            cnt.append(s[4])
+            src_run.append(chosen)
+            for r in self.runs:
+                per_run[r].append(stats[r][k][0] if k in stats[r] else np.nan)
+        df["latency_ns"] = np.array(lat, dtype=np.float64)
+        df["duration_ns"] = np.rint(df["latency_ns"].to_numpy()).astype(np.int64)
+        # self time from the leveled durations: minus the children on the same thread
+        dur = df["duration_ns"].to_numpy()
+        thr = df["thread"].to_numpy()
+        p = df["parent"].to_numpy()
+        same = (p >= 0)
+        same[same] = thr[same] == thr[p[same]]
+        child = np.zeros(len(df), dtype=np.int64)
+        np.add.at(child, p[same], dur[same])
+        df["self_ns"] = dur - child
+        df["std_ns"] = std
+        df["min_ns"] = mn
+        df["max_ns"] = mx
+        df["samples"] = np.array(cnt, dtype=np.int64)
+        df["source_run"] = src_run
+        for r in self.runs:
+            df["ns_" + r] = np.array(per_run[r], dtype=np.float64)
+        df.attrs["meta"] = dict(self.trace.meta)
+        self._table = df
+        return df.copy()
+
+    @property
+    def overhead(self):
+        """One row per (level, run that records it): level, run, latency_ns (trimmed mean over
+        iterations of the level's time per iteration: M the iteration (step) span, L the L
+        spans not inside another L span, G the GPU work: kernels, copies, memsets), std_ns,
+        added_ns (latency_ns minus the level's latency in its own, shallowest run) and
+        added_share (added_ns / that latency)."""
+        if self._overhead is not None:
+            return self._overhead.copy()
+        rows = []
+        for li, lv in enumerate(self.levels):
+            base = None
+            for r in self.runs[li:]:
+                t = self.traces[r]
+                it, _ = self._keys[r]
+                lvl = t._level
+                kinds = np.array(KINDS, dtype=object)[t._kind]
+                par = t.parent_ids
+                if lv == "M":
+                    sel = kinds == "step"
+                elif lv == "L":
+                    sel = lvl == 1
+                    has_p = par >= 0
+                    sel[has_p] &= lvl[par[has_p]] != 1
+                else:
+                    sel = np.isin(kinds, GPU_WORK)
+                sel &= it >= 0
+                per_it = np.bincount(it[sel], weights=t.duration_ns[sel].astype(np.float64),
+                                     minlength=self.repeat)[:self.repeat]
+                mean, std, _, _, _ = trimmed_stats(per_it, self.trim)
+                if base is None:
+                    base = mean
+                rows.append({"level": lv, "run": r, "latency_ns": mean, "std_ns": std,
+                             "added_ns": mean - base,
+                             "added_share": (mean - base) / base if base else np.nan})
+        self._overhead = pd.DataFrame(rows, columns=["level", "run", "latency_ns", "std_ns",
+                                                     "added_ns", "added_share"])
+        return self._overhead.copy()
+
+    @property
+    def latency_ns(self):
+        """Model latency: the trimmed mean of the iteration latency in the M run."""
+        return float(self.overhead["latency_ns"].iloc[0])
+
+    @property
+    def throughput_per_s(self):
+        """batch_size / model latency in seconds; None without batch_size."""
+        if not self.batch_size:
+            return None
+        return self.batch_size * 1e9 / self.latency_ns
+
+    def report(self, top=10):
+        """The text summary (xsp.report.text)."""
+        from . import report
+        return report.text(self, top=top)
+
+    def to_html(self, path=None, top=10):
+        """The self-contained HTML report (xsp.report.html); written to path when given."""
+        from . import report
+        return report.html(self, path=path, top=top)
+
+    def _repr_html_(self):
+        from . import report
+        return report.html_fragment(self, top=10)
+
+    def __repr__(self):
+        return "<xsp.Measurement levels=%s runs=%s repeat=%d latency %.0f ns>" % (
+            self.levels, "/".join(self.runs), self.repeat, self.latency_ns)
+
+
+def _check_args(levels, warmup, repeat, trim, batch_size):
+    lv = parse_levels(levels)
+    if lv not in RUN_ORDER:
+        raise ValueError("measure runs the prefixes M, ML, MLG of XSP's levels; levels=%r "
+                         "(%s) is not one of them" % (levels, lv))
+    for name, v, lo in (("warmup", warmup, 0), ("repeat", repeat, 1)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise ValueError("%s must be an int >= %d, not %r" % (name, lo, v))
+    if not isinstance(trim, (int, float)) or not 0 <= trim < 0.5:
+        raise ValueError("trim must be a fraction in [0, 0.5), not %r" % (trim,))
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer))
+                                   or batch_size <= 0):
+        raise ValueError("batch_size must be a positive int, not %r" % (batch_size,))
+    return lv
+
+
+def _cuda_sync():
+    """torch.cuda.synchronize when torch has initialised CUDA, else a no-op."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.synchronize
+    return None
+
+
+def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None, sync=None,
+            gpu_fallback=False, progress=True, name="xsp.measure", **profile_kwargs):
+    """Leveled measurement of fn() (called with no arguments), see the module docstring.
+
+    levels: "M", "ML" or "MLG" (any case): the runs are its prefixes.  warmup: unprofiled calls
+    first.  repeat: calls per run, one step (iteration) each.  trim: fraction of samples dropped
+    at each end for the trimmed mean.  batch_size: for throughput.  sync: call
+    torch.cuda.synchronize() at the end of every call (default: when torch has initialised
+    CUDA by the end of the warm-up), so that a call's latency includes its GPU work.
+    gpu_fallback: when G cannot be recorded, measure M and L with a warning instead of raising
+    LevelUnavailableError.  progress: show a progress bar on stderr.  Other keyword arguments
+    go to xsp.profile (max_memory, record_shapes, ...).  Returns a Measurement.
+    """
+    lv = _check_args(levels, warmup, repeat, trim, batch_size)
+    if not callable(fn):
+        raise TypeError("measure(fn): fn must be callable with no arguments, not %s"
+                        % type(fn).__name__)
+    if "G" in lv:
+        from .profiler import _import_torch, gpu_unavailable_reason
+        from .errors import LevelUnavailableError, XSPWarning
+        why = gpu_unavailable_reason(_import_torch())
+        if why is not None:
+            msg = "level G cannot be recorded: " + why
+            if not gpu_fallback:
+                raise LevelUnavailableError(msg + "; measure levels='ML', or pass "
+                                            "gpu_fallback=True to fall back to M and L")
+            import warnings
+            warnings.warn(msg + "; measuring M and L only (gpu_fallback=True)", XSPWarning,
+                          stacklevel=2)
+            lv = "ML"
+    runs = [r for r in RUN_ORDER if len(r) <= len(lv)]
+    bar = _Progress(warmup + repeat * len(runs), progress)
+    traces = {}
+    try:
+        for _ in range(warmup):
+            fn()
+            bar.advance("warm-up")
+        sync_fn = (_cuda_sync() if sync is None else
+                   (_cuda_sync() or (lambda: None)) if sync else None)
+        for r in runs:
+            with profile(levels=r, name=name, **profile_kwargs) as prof:
+                for _ in range(repeat):
+                    fn()
+                    if sync_fn is not None:
+                        sync_fn()
+                    prof.step()
+                    bar.advance("run " + r)
+            traces[r] = prof.trace
+    finally:
+        bar.close()
+    return Measurement(lv, traces, warmup, repeat, trim, batch_size)
+
+
+def sweep(make, batch_sizes, *, levels="M", warmup=3, repeat=10, trim=0.1, progress=True,
+          return_measurements=False, **kwargs):
+    """Model latency and throughput across batch sizes: for each b in batch_sizes, measures
+    make(b) (a callable with no arguments running one batch of b).  Returns a DataFrame with
+    batch_size, latency_ns (trimmed mean of the iteration latency in the M run), std_ns,
+    throughput_per_s (b / latency in s) and added_ns (what the deepest run added to it);
+    with return_measurements=True, (DataFrame, [Measurement per batch size])."""
+    bs = list(batch_sizes)
+    if not bs:
+        raise ValueError("sweep needs at least one batch size")
+    rows, ms = [], []
+    for b in bs:
+        if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b <= 0:
+            raise ValueError("batch sizes must be positive ints, not %r" % (b,))
+        m = measure(make(b), levels=levels, warmup=warmup, repeat=repeat, trim=trim,
+                    batch_size=int(b), progress=progress, **kwargs)
+        ov = m.overhead
+        m_rows = ov[ov["level"] == "M"]
+        rows.append({"batch_size": int(b), "latency_ns": m.latency_ns,
+                     "std_ns": float(m_rows["std_ns"].iloc[0]),
+                     "throughput_per_s": m.throughput_per_s,
+                     "added_ns": float(m_rows["added_ns"].iloc[-1])})
+        ms.append(m)
+    df = pd.DataFrame(rows)
+    return (df, ms) if return_measurements else df
+
+
+__all__ = ["measure", "sweep", "Measurement", "trimmed_stats"]
