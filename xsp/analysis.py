@@ -202,11 +202,14 @@ def _leaf_layers(src):
 
 
 def layer_ranking(source, n=None):
-    """Leaf layers by total latency, slowest first: rank (1, 2, ...), name, type, calls,
-    total_ns, mean_ns (total / calls, floored), share (of model time) and cumulative_share."""
+    """Leaf layers by total (forward) latency, slowest first: rank (1, 2, ...), name, type,
+    calls, total_ns, mean_ns (total / calls, floored), backward_ns (the autograd backward
+    functions that differentiate the layer's forward ops: the module column), share (total /
+    model time) and cumulative_share."""
     src = _src(source)
     leaf = _leaf_layers(src)
-    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "share", "cumulative_share"]
+    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "backward_ns", "share",
+            "cumulative_share"]
     if not len(leaf):
         return _empty(cols)
     g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
@@ -215,6 +218,12 @@ def layer_ranking(source, n=None):
     g = g.reset_index().sort_values(["total_ns", "first"], ascending=[False, True],
                                     kind="stable")
     g["mean_ns"] = g["total_ns"] // g["calls"]
+    is_bw = src.kind == "backward"
+    if is_bw.any() and "module" in src.df.columns:
+        bw = pd.Series(src.dur[is_bw]).groupby(src.df["module"].to_numpy()[is_bw]).sum()
+        g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64)
+    else:
+        g["backward_ns"] = np.zeros(len(g), dtype=np.int64)
     mt = src.model_time()
     g["share"] = g["total_ns"] / mt if mt else np.nan
     g["cumulative_share"] = g["share"].cumsum()

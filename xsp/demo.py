@@ -3,8 +3,10 @@
     python -m xsp.demo [--model resnet|transformer] [--levels ML] [--steps 3] [--out out]
 
 Runs warm-up iterations unprofiled, then profiles forward + backward + optimizer steps with
-xsp, prints the trace tree (first step), the top layers, and writes out/<model>.xsp and
-out/<model>.json (Chrome trace: open in https://ui.perfetto.dev or chrome://tracing).
+xsp, prints the trace tree (first step) and the report (top layers, layer types, kernels, GPU
+vs CPU), then measures the forward pass level by level (xsp.measure: M, ML[, MLG]) and prints
+what each level added; writes out/<model>.xsp, out/<model>.json (Chrome trace: open in
+https://ui.perfetto.dev or chrome://tracing) and out/<model>.html (the report).
 """
 import argparse
 import os
@@ -21,6 +23,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--depth", type=int, default=5, help="depth of the printed tree")
     ap.add_argument("--out", default="out", help="folder for the trace files")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="iterations per run of the leveled measurement (0: skip it)")
     args = ap.parse_args(argv)
 
     import torch
@@ -59,38 +63,33 @@ def main(argv=None):
     print("\n== tree of %s (depth <= %d, spans >= 20 us, 12 children at most)"
           % (first.name, args.depth))
     print(tr.tree(root=first, max_depth=args.depth, min_duration_ns=20_000, max_children=12))
-    print("\n== top layers (leaf modules, all steps; share = forward share of the profiled time)")
-    top = tr.top(10)
-    top["forward_ms"] = top["total_ns"] / 1e6
-    top["backward_ms"] = top["backward_ns"] / 1e6
-    top["share"] = (100 * top["share"]).round(1).astype(str) + " %"
-    print(top[["name", "type", "calls", "forward_ms", "backward_ms", "share"]]
-          .to_string(index=False))
-    print("\n== top ops by self time")
-    df = tr.to_pandas()
-    ops = df[df.kind == "op"].groupby("name")["self_ns"].agg(["count", "sum"])
-    ops = ops.sort_values("sum", ascending=False).head(8)
-    ops["self_ms"] = ops["sum"] / 1e6
-    print(ops[["count", "self_ms"]].to_string())
-    kernels = df[df.kind == "kernel"]
-    if len(kernels):
-        print("\n== top GPU kernels by total time")
-        k = kernels.groupby("name")["duration_ns"].agg(["count", "sum"])
-        k = k.sort_values("sum", ascending=False).head(8)
-        k["total_ms"] = k["sum"] / 1e6
-        k.index = [n if len(n) < 70 else n[:67] + "..." for n in k.index]
-        print(k[["count", "total_ms"]].to_string())
-        print("GPU busy %.3f ms (kernels) across %d streams; %d kernels, %d copies, %d memsets"
-              % (kernels["duration_ns"].sum() / 1e6, kernels["thread"].nunique(), len(kernels),
-                 int((df.kind == "memcpy").sum()), int((df.kind == "memset").sum())))
+    print("\n== report (xsp.report: layers, types, kernels, GPU vs CPU)")
+    print(tr.report(top=8))
     print("\ncounters:", tr.counters)
+
+    if args.repeat:
+        # XSP's leveled measurement: each level's latency from the shallowest run that sees
+        # it, and what every deeper level added to the levels above
+        print("\n== leveled measurement of the forward pass (xsp.measure, levels %s)" % levels)
+        with torch.no_grad():
+            m = xsp.measure(lambda: model(x), levels=levels, warmup=2, repeat=args.repeat,
+                            batch_size=args.batch, progress=False)
+        ov = m.overhead
+        for r in ov.itertuples(index=False):
+            print("  level %s in run %-3s  %12.1f us  (+%.1f us, %+.1f %%)" % (
+                r.level, r.run, r.latency_ns / 1e3, r.added_ns / 1e3, 100 * r.added_share))
+        print("  model latency %.3f ms, throughput %.0f samples/s at batch %d" % (
+            m.latency_ns / 1e6, m.throughput_per_s, args.batch))
 
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, args.model)
     tr.save(base + ".xsp")
     tr.to_chrome_trace(base + ".json")
-    print("\nwrote %s.xsp (%d bytes) and %s.json (%d bytes; open in ui.perfetto.dev)"
-          % (base, os.path.getsize(base + ".xsp"), base, os.path.getsize(base + ".json")))
+    tr.to_html(base + ".html")
+    print("\nwrote %s.xsp (%d bytes), %s.json (%d bytes; open in ui.perfetto.dev) and %s.html"
+          " (the report)" % (base, os.path.getsize(base + ".xsp"), base,
+                             os.path.getsize(base + ".json"), base))
+    print("next: xsp summary %s.xsp | xsp compare a.xsp b.xsp | xsp run script.py" % base)
     return 0
 
 

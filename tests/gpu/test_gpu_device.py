@@ -138,3 +138,29 @@ def test_xsp_refuses_g_while_torch_profiler_holds_cupti():
         with pytest.raises(xsp.LevelUnavailableError, match="CUPTI|another tool"):
             with xsp.profile(levels="MLG"):
                 (x * 2).sum().item()
+
+
+def test_leveled_measurement_mlg_and_analyses():
+    """xsp.measure at MLG: three runs, kernels matched across iterations by position, their
+    latency from run MLG, the model's from run M; the analyses fill their G columns."""
+    run = workload("resnet", "forward")
+    m = xsp.measure(run, levels="MLG", warmup=2, repeat=5, progress=False)
+    assert m.runs == ("M", "ML", "MLG")
+    assert m.overhead[["level", "run"]].values.tolist() == [
+        ["M", "M"], ["M", "ML"], ["M", "MLG"], ["L", "ML"], ["L", "MLG"], ["G", "MLG"]]
+    t = m.span_table()
+    k = t[t["kind"] == "kernel"]
+    assert len(k) > 0
+    assert (k["source_run"] == "MLG").all() and (k["samples"] == 5).all()
+    assert t.loc[t["kind"] == "model", "source_run"].tolist() == ["M"]
+    assert m.unmatched == {"M": 0, "ML": 0, "MLG": 0}
+    kn = xsp.analysis.kernels(m)
+    assert len(kn) == len(k) and kn["layer"].notna().all() and kn["op"].notna().all()
+    by_name = xsp.analysis.kernels_by_name(m)
+    assert by_name["count"].sum() == len(k)
+    gv = xsp.analysis.gpu_vs_cpu(m)
+    model_row = gv[gv["layer"] == "(model)"].iloc[0]
+    assert model_row["gpu_ns"] > 0
+    assert model_row["gpu_ns"] == k["duration_ns"].sum() + t.loc[
+        t["kind"].isin(["memcpy", "memset"]), "duration_ns"].sum()
+    assert "Top 10 kernels" in m.to_html() and "Top 10 kernels" in m.report()
