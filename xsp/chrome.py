@@ -10,6 +10,7 @@ import math
 import os
 
 
+from ._util import atomic_write
 from .trace import KINDS, LEVELS
 
 
@@ -35,45 +36,35 @@ def write(trace, path):
     pid = int(trace.meta.get("pid", os.getpid()))
     t0 = int(trace.start_ns.min()) if len(trace) else 0
     parents = trace.parent_ids
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        _write(trace, tmp, pid, t0, parents)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, lambda f: _write(trace, f, pid, t0, parents))
 
 
-def _write(trace, tmp, pid, t0, parents):
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write('{"displayTimeUnit":"ns","otherData":')
-        f.write(_dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
-        f.write(',"traceEvents":[\n')
-        f.write(_dumps({"ph": "M", "name": "process_name", "pid": pid,
-                            "args": {"name": "xsp: %s" % trace.meta.get("region", "trace")}}))
-        for tid, name, _kind in trace.threads:
-            f.write(",\n")
-            f.write(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                                "args": {"name": name or "thread %d" % tid}}))
-        names = [_dumps(s) for s in trace.strings]
-        cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
-        tids = [t[0] for t in trace.threads]
-        start, end = trace.start_ns, trace.end_ns
-        name, kind, level, thread = trace._name, trace._kind, trace._level, trace._thread
-        has_attrs = trace._attr_n > 0
-        for i in range(len(trace)):
-            args = trace._attrs(i) if has_attrs[i] else {}
-            args["id"] = i
-            if parents[i] >= 0:
-                args["parent"] = int(parents[i])
-            f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
-                    '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]], pid,
-                                    tids[thread[i]], _us(start[i] - t0),
-                                    _us(end[i] - start[i]), _dumps(args)))
-        f.write("\n]}\n")
+def _write(trace, f, pid, t0, parents):
+    f.write('{"displayTimeUnit":"ns","otherData":')
+    f.write(_dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
+    f.write(',"traceEvents":[\n')
+    f.write(_dumps({"ph": "M", "name": "process_name", "pid": pid,
+                    "args": {"name": "xsp: %s" % trace.meta.get("region", "trace")}}))
+    for tid, name, _kind in trace.threads:
+        f.write(",\n")
+        f.write(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                        "args": {"name": name or "thread %d" % tid}}))
+    names = [_dumps(s) for s in trace.strings]
+    cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
+    tids = [t[0] for t in trace.threads]
+    start, end = trace.start_ns, trace.end_ns
+    name, kind, level, thread = trace._name, trace._kind, trace._level, trace._thread
+    has_attrs = trace._attr_n > 0
+    for i in range(len(trace)):
+        args = trace._attrs(i) if has_attrs[i] else {}
+        args["id"] = i
+        if parents[i] >= 0:
+            args["parent"] = int(parents[i])
+        f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
+                '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]], pid,
+                                tids[thread[i]], _us(start[i] - t0),
+                                _us(end[i] - start[i]), _dumps(args)))
+    f.write("\n]}\n")
 
 
 __all__ = ["write"]

@@ -151,11 +151,10 @@ def _run(ns):
     _write("trace", trace.save, out)
     if ns.chrome:
         _write("Chrome trace", trace.to_chrome_trace, ns.chrome)
+    from . import report
     if ns.html:
-        from . import report
         _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), ns.html)
     if not ns.quiet:
-        from . import report
         sys.stderr.write(report.text(trace, top=ns.top))
         sys.stderr.write("trace: %s%s%s\n" % (
             out, (", chrome: " + ns.chrome) if ns.chrome else "",

@@ -68,40 +68,52 @@ class _Progress:
             self.stream.flush()
 
 
-def _span_keys(trace, intern):
-    """Per span of a measured trace: (iteration index or -1, key id or -1).  Key ids come from
-    intern, a dict shared by all runs: (parent key id, kind, name, ordinal) -> id; the step
-    spans (iteration roots) all have key 0."""
+def _span_keys(trace, intern, skip=0):
+    """Per span of a measured trace: (iteration index or -1, key id or -1).  The first `skip`
+    steps (priming calls) and everything in them get -1.  Key ids come from intern, a dict
+    shared by all runs: (parent key id, kind, name, ordinal) -> id; the step spans (iteration
+    roots) all have key 0.  A span's parent key is that of its nearest ancestor at its own
+    level or above (an M span skips L ancestors such as a record_function scope around the
+    model call), so that every run that records a span computes the same key for it."""
     n = len(trace)
     kinds = trace._kind
+    level = trace._level
     step_kind = KINDS.index("step")
+    region_kind = KINDS.index("region")
     parent = trace.parent_ids
     it = np.full(n, -1, dtype=np.int64)
     key = np.full(n, -1, dtype=np.int64)
     steps = np.nonzero(kinds == step_kind)[0]
     if not len(steps):
         return it, key
-    it[steps] = np.arange(len(steps))
+    it[steps] = np.arange(len(steps)) - skip
     step_start = trace.start_ns[steps]
     step_end = trace.end_ns[steps]
-    key[steps] = 0
+    key[steps[it[steps] >= 0]] = 0
+    it[it < -1] = -1
     names = trace.strings
     knames = KINDS
     counts = {}
     name_col = trace._name
     for i in range(n):
-        if it[i] >= 0 and key[i] == 0:
-            continue                      # a step
+        k = kinds[i]
+        if k == step_kind or k == region_kind:
+            continue
         p = parent[i]
-        if p >= 0 and key[p] >= 0:
+        while p >= 0 and level[p] > level[i]:
+            p = parent[p]
+        if p >= 0 and kinds[p] != region_kind:
+            if key[p] < 0:
+                continue                  # inside a priming call, or outside every step
             pk, itn = key[p], it[p]
         else:
-            # a root or a child of the region: belongs to the step during which it started
+            # a root or a child of the region (another thread's work): it belongs to the step
+            # during which it started
             j = int(np.searchsorted(step_start, trace.start_ns[i], side="right")) - 1
-            if j < 0 or trace.start_ns[i] > step_end[j] or kinds[i] == step_kind:
+            if j < 0 or trace.start_ns[i] > step_end[j] or it[steps[j]] < 0:
                 continue
-            pk, itn = 0, j
-        tag = (int(pk), knames[kinds[i]], names[name_col[i]])
+            pk, itn = 0, it[steps[j]]
+        tag = (int(pk), knames[k], names[name_col[i]])
         c = counts.get((itn, tag), 0)
         counts[(itn, tag)] = c + 1
         key[i] = intern.setdefault(tag + (c,), len(intern) + 1)
@@ -121,7 +133,7 @@ class Measurement:
     Every analysis in xsp.analysis accepts a Measurement.
     """
 
-    def __init__(self, levels, traces, warmup, repeat, trim, batch_size):
+    def __init__(self, levels, traces, warmup, repeat, trim, batch_size, skip=1):
         self.levels = levels
         self.runs = tuple(traces)
         self.traces = dict(traces)
@@ -131,7 +143,8 @@ class Measurement:
         self.trim = trim
         self.batch_size = batch_size
         self._intern = {}
-        self._keys = {r: _span_keys(t, self._intern) for r, t in self.traces.items()}
+        self.skip = skip    # priming steps at the start of each run, left out
+        self._keys = {r: _span_keys(t, self._intern, skip) for r, t in self.traces.items()}
         self._table = None
         self._overhead = None
         deep_keys = set(self._keys[self.runs[-1]][1].tolist())
@@ -147,10 +160,11 @@ class Measurement:
         return {k: g.to_numpy() for k, g in df.groupby("key")["dur"]}
 
     def span_table(self):
-        """One row per span of the deepest run's first iteration (ids renumbered 0..n-1 in
-        start order, the step span first with parent -1), with the columns of
-        Trace.to_pandas() where duration_ns is the leveled latency (rounded to ns) and
-        self_ns follows from it, plus latency_ns (exact trimmed mean), std_ns, min_ns, max_ns,
+        """One row per span of the deepest run's first measured iteration (ids renumbered
+        0..n-1 in start order, the step span first with parent -1; depth and fwd_op follow the
+        new ids), with the columns of Trace.to_pandas() where duration_ns is the leveled
+        latency (rounded to ns), end_ns = start_ns + duration_ns (start_ns is the deep run's:
+        it orders the spans) and self_ns follows from them, plus latency_ns (exact trimmed mean), std_ns, min_ns, max_ns,
         samples, source_run (the run it was taken from) and ns_<run> (trimmed mean in each
         run, NaN where the run does not record it)."""
         if self._table is not None:
@@ -168,6 +182,16 @@ class Measurement:
         newpar[(newpar < 0) & (keys != 0)] = 0      # adopted roots hang under the step
         df["id"] = np.arange(len(sel), dtype=np.int64)
         df["parent"] = newpar
+        depth = np.zeros(len(sel), dtype=np.int64)
+        for i, p in enumerate(newpar.tolist()):
+            if p >= 0:
+                depth[i] = depth[p] + 1
+        df["depth"] = depth
+        if "fwd_op" in df.columns:        # ids of the deep trace -> ids of this table
+            df["fwd_op"] = [None if v is None or (isinstance(v, float) and np.isnan(v))
+                            or remap[int(v)] < 0 else int(remap[int(v)])
+                            for v in df["fwd_op"].tolist()]
+            df["fwd_op"] = df["fwd_op"].astype(object)
         samples = {r: self._samples(r) for r in self.runs}
         stats = {r: {k: trimmed_stats(v, self.trim) for k, v in samples[r].items()}
                  for r in self.runs}
@@ -188,7 +212,8 @@ class Measurement:
             for r in self.runs:
                 per_run[r].append(stats[r][k][0] if k in stats[r] else np.nan)
         df["latency_ns"] = np.array(lat, dtype=np.float64)
-        df["duration_ns"] = np.rint(df["latency_ns"].to_numpy()).astype(np.int64)
+        df["duration_ns"] = np.rint(np.nan_to_num(df["latency_ns"].to_numpy())).astype(np.int64)
+        df["end_ns"] = df["start_ns"] + df["duration_ns"]
         # self time from the leveled durations: minus the children on the same thread
         dur = df["duration_ns"].to_numpy()
         thr = df["thread"].to_numpy()
@@ -334,7 +359,7 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None,
                           stacklevel=2)
             lv = "ML"
     runs = [r for r in RUN_ORDER if len(r) <= len(lv)]
-    bar = _Progress(warmup + repeat * len(runs), progress)
+    bar = _Progress(warmup + (repeat + 1) * len(runs), progress)
     traces = {}
     try:
         for _ in range(warmup):
@@ -344,13 +369,22 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None,
                    (_cuda_sync() or (lambda: None)) if sync else None)
         for r in runs:
             with profile(levels=r, name=name, **profile_kwargs) as prof:
-                for _ in range(repeat):
+                # one priming call first, left out of the statistics: a session's first call
+                # pays one-off costs (module names mapped, names interned)
+                for i in range(repeat + 1):
                     fn()
                     if sync_fn is not None:
                         sync_fn()
                     prof.step()
-                    bar.advance("run " + r)
+                    bar.advance("run %s%s" % (r, " (priming)" if i == 0 else ""))
             traces[r] = prof.trace
+            steps = int((prof.trace._kind == KINDS.index("step")).sum())
+            if steps != repeat + 1:
+                from .errors import ProfilerError
+                raise ProfilerError(
+                    "measure: fn made %d steps in %d calls: it calls prof.step() or "
+                    "xsp.step() itself; measure marks one step per call of fn, so remove the "
+                    "step() call from fn" % (steps - (repeat + 1), repeat + 1))
     finally:
         bar.close()
     return Measurement(lv, traces, warmup, repeat, trim, batch_size)

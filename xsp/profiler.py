@@ -277,7 +277,6 @@ class profile:
         try:
             if "M" in self.levels:
                 self._region = _core.begin(LEVEL_M, KIND["region"], self.name)
-                self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
             if torch is not None and ("M" in self.levels or "L" in self.levels):
                 self._modules = _ModuleCalls(torch, "M" in self.levels, "L" in self.levels,
                                              self.record_shapes, self.profile_memory)
@@ -287,6 +286,10 @@ class profile:
             if shim is not None:
                 shim.attach()
                 self._shim = shim
+            if "M" in self.levels:
+                # the first step begins once everything is installed, so that it does not
+                # carry the set-up (and ends, at stop, before anything is taken down)
+                self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
         except BaseException:
             self._teardown()
             raise
@@ -355,15 +358,15 @@ class profile:
         global _active
         try:
             try:
+                if self._step is not None:
+                    flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
+                    _core.end(self._step, flag)
                 if "G" in self.levels:
                     self._sync_error = _synchronize_all()
                 if self._shim is not None:
                     self._shim.detach()
                 if self._modules is not None:
                     self._modules.remove()
-                if self._step is not None:
-                    flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
-                    _core.end(self._step, flag)
                 if self._region is not None:
                     _core.end(self._region)
             finally:

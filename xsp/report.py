@@ -9,28 +9,12 @@ alone.  Without matplotlib the reports say so and keep their tables.
 import base64
 import html as _html
 import io
-import os
-import tempfile
 
 import numpy as np
 import pandas as pd
 
 from . import analysis as A
-
-
-def fmt_ns(ns):
-    """A duration for people: 812 ns, 12.345 us, 1.234 ms, 2.000 s; '-' for NaN/None."""
-    if ns is None or (isinstance(ns, float) and np.isnan(ns)) or ns is pd.NA:
-        return "-"
-    ns = float(ns)
-    a = abs(ns)
-    if a >= 1e9:
-        return "%.3f s" % (ns / 1e9)
-    if a >= 1e6:
-        return "%.3f ms" % (ns / 1e6)
-    if a >= 1e3:
-        return "%.3f us" % (ns / 1e3)
-    return "%d ns" % round(ns)
+from ._util import atomic_write, fmt_ns
 
 
 def fmt_share(x):
@@ -265,19 +249,7 @@ def html(source, path=None, top=10):
     doc = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>xsp report</title>"
            "</head><body>\n%s\n</body></html>\n" % s_frag)
     if path is not None:
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".xsp-report-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(doc)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, lambda f: f.write(doc))
     return doc
 
 

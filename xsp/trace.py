@@ -11,6 +11,7 @@ or GPU work) ran concurrently and are not subtracted.
 import numpy as np
 
 from . import _core
+from ._util import fmt_ns as _fmt_ns
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
@@ -21,17 +22,6 @@ def load(path):
     """Reads a trace written by Trace.save. Raises xsp.TraceFormatError (with .offset) for a
     truncated, corrupt or foreign file, OSError when it cannot be read."""
     return Trace(_core.load(path))
-
-
-def _fmt_ns(ns):
-    ns = float(ns)
-    if ns >= 1e9:
-        return "%.3f s" % (ns / 1e9)
-    if ns >= 1e6:
-        return "%.3f ms" % (ns / 1e6)
-    if ns >= 1e3:
-        return "%.3f us" % (ns / 1e3)
-    return "%d ns" % ns
 
 
 class Trace:

@@ -59,26 +59,27 @@ def test_trimmed_stats():
 
 
 def test_leveled_latencies_and_overhead_exact(fake_clock, one_thread):
-    # warm-up 1 call, run M 4 calls, run ML 4 calls
-    tick = Tick([0, 5, 1, 2, 3, 1, 1, 1, 1])
+    # warm-up 1 call, run M: a priming call (left out) and 4 calls, run ML the same
+    tick = Tick([0, 9, 5, 1, 2, 3, 9, 1, 1, 1, 1])
     model = nn.Sequential(nn.Linear(4, 4), tick)
     x = torch.randn(2, 4)
     fake_clock(10_000_000, STEP)
     with torch.no_grad():
         m = xsp.measure(lambda: model(x), levels="ML", warmup=1, repeat=4, trim=0.25,
                         progress=False)
-    assert m.runs == ("M", "ML") and m.levels == "ML" and tick.calls == 9
+    assert m.runs == ("M", "ML") and m.levels == "ML" and tick.calls == 11
     tm, tml = m.traces["M"], m.traces["ML"]
     # run M: per iteration, model = (1 + k) steps, step = model + 2 steps
     models_m = tm.spans(kind="model")
-    assert [s.duration_ns for s in models_m] == [6 * STEP, 2 * STEP, 3 * STEP, 4 * STEP]
-    assert [s.duration_ns for s in tm.spans(kind="step")] == [8 * STEP, 4 * STEP, 5 * STEP,
-                                                              6 * STEP]
+    assert [s.duration_ns for s in models_m] == [10 * STEP, 6 * STEP, 2 * STEP, 3 * STEP,
+                                                 4 * STEP]
+    assert [s.duration_ns for s in tm.spans(kind="step")] == [12 * STEP, 8 * STEP, 4 * STEP,
+                                                              5 * STEP, 6 * STEP]
     # run ML: n spans inside each model span, k = 1 each time
     models_ml = tml.spans(kind="model")
     n = descendants(tml, models_ml[0].id)
     assert n >= 4     # two module spans, aten::linear and what it calls
-    assert [s.duration_ns for s in models_ml] == [(2 + 2 * n) * STEP] * 4
+    assert [s.duration_ns for s in models_ml] == [(10 + 2 * n) * STEP] + [(2 + 2 * n) * STEP] * 4
 
     t = m.span_table()
     assert t["id"].tolist() == list(range(len(t)))
@@ -130,8 +131,36 @@ def test_positional_matching_with_repeated_modules(fake_clock, one_thread):
     ticks = t[(t["kind"] == "module") & (t["name"] == "tick")]
     acts = t[(t["kind"] == "module") & (t["name"] == "act")]
     assert len(ticks) == 2 and len(acts) == 2
-    # run M made calls 0, 1 (3 and 1 reads); run ML calls 2, 3 (3 and 1): first tick 3 + 1
+    # each run: a priming call (ticks 3, 1), then the measured one (3, 1): first tick 3 + 1
     assert ticks["latency_ns"].tolist() == [4 * STEP, 2 * STEP]
+
+
+def test_record_function_around_the_model_keeps_the_m_latency(fake_clock, one_thread):
+    """An L span (a record_function scope) around the model call exists in run ML only: the
+    model span is keyed by its M ancestors, so its latency still comes from run M."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    x = torch.ones(1, 2)
+
+    def fn():
+        with torch.profiler.record_function("forward"):
+            model(x)
+
+    fake_clock(1_000_000, STEP)
+    with torch.no_grad():
+        m = xsp.measure(fn, levels="ML", warmup=0, repeat=2, progress=False)
+    t = m.span_table()
+    row = t[t["kind"] == "model"].iloc[0]
+    assert row["source_run"] == "M" and row["ns_M"] == STEP and row["latency_ns"] == STEP
+    assert m.unmatched == {"M": 0, "ML": 0}
+    assert t.loc[t["kind"] == "scope", "name"].tolist() == ["forward"]
+
+
+def test_fn_that_steps_itself_is_refused():
+    def fn():
+        xsp.step()
+
+    with pytest.raises(xsp.ProfilerError, match=r"calls prof.step\(\) or xsp.step\(\) itself"):
+        xsp.measure(fn, levels="M", warmup=0, repeat=2, progress=False)
 
 
 def test_measure_arguments():
@@ -188,7 +217,7 @@ def test_measure_real_model_and_sweep(capsys):
     with torch.no_grad():
         m = xsp.measure(lambda: model(x), levels="ML", warmup=1, repeat=3, batch_size=2)
     err = capsys.readouterr().err
-    assert "xsp.measure [" in err and "7/7 run ML" in err
+    assert "xsp.measure [" in err and "9/9 run ML" in err and "run M (priming)" in err
     t = m.span_table()
     named = {n for n, _ in model.named_modules() if n}
     assert set(t.loc[t["kind"] == "module", "name"]) == named
