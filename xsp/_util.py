@@ -1,7 +1,7 @@
 """Small helpers shared by the Python modules: duration formatting and atomic file writes."""
+import itertools
 import math
 import os
-import tempfile
 
 
 def fmt_ns(ns):
@@ -24,15 +24,25 @@ def fmt_ns(ns):
     return "%d ns" % round(ns)
 
 
+def printable(text):
+    """text with what cannot be written as UTF-8 (lone surrogates: names that were not valid
+    UTF-8, kept by the core byte for byte) replaced by '?'."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+_tmp_serial = itertools.count()
+
+
 def atomic_write(path, write):
-    """Calls write(f) on a new text file (UTF-8) beside path, then renames it over path, so a
-    reader never sees half a file and a failure leaves what was there.  Raises what write or
-    the file system raises (OSError), after removing the temporary file."""
+    """Calls write(f) on a new text file (UTF-8; lone surrogates written as '?') beside path,
+    then renames it over path, so a reader never sees half a file and a failure leaves what
+    was there.  The file gets the usual permissions (0666 less the umask).  Raises what write
+    or the file system raises (OSError), after removing the temporary file."""
     path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), ".%s.%d.%d.tmp" % (
+        os.path.basename(path), os.getpid(), next(_tmp_serial)))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "x", encoding="utf-8", errors="replace") as f:
             write(f)
         os.replace(tmp, path)
     except BaseException:

@@ -6,7 +6,7 @@ the span table, so a trace and a leveled measurement are analysed by the same co
 
 Terms (docs/analyses.md has the formulas):
   - iteration: a step span if the trace has steps, else a model span, else the region, else a
-    root span.  Model time = the sum of the iterations' durations; shares are of model time.
+    top-level module span (level L alone), else a root span.  Model time = the sum of the iterations' durations; shares are of model time.
   - layer: a `module` span; a leaf layer has no module span below it.  Layer aggregates (ranking,
     types, GPU vs CPU) use leaf layers, so no time is counted twice.
   - GPU work: kernel, memcpy and memset spans.  A layer's or op's GPU time is the duration of
@@ -53,6 +53,10 @@ class _Source:
         if n and not np.array_equal(ids, np.arange(n)):
             raise ValueError("the span table's ids must be 0..n-1 in order (as to_pandas gives)")
         self.parent = self.df["parent"].to_numpy().astype(np.int64)
+        if n and not (self.parent < np.arange(n)).all():
+            bad = int(np.nonzero(self.parent >= np.arange(n))[0][0])
+            raise ValueError("span %d: parent %d is not before it (a span table's parents "
+                             "must have smaller ids, as in every trace)" % (bad, self.parent[bad]))
         self.kind = self.df["kind"].to_numpy()
         self.dur = self.df["duration_ns"].to_numpy().astype(np.int64)
         levels = self.meta.get("levels")
@@ -101,7 +105,33 @@ class _Source:
             ids = np.nonzero(self.kind == k)[0]
             if len(ids):
                 return ids
-        return np.nonzero(self.parent < 0)[0]
+        roots = np.nonzero(self.parent < 0)[0]
+        mods = roots[self.kind[roots] == "module"]     # level L only: the top-level calls
+        return mods if len(mods) else roots
+
+    def in_iterations(self):
+        """For each span, whether it belongs to an iteration: the iteration itself, a span
+        below one, or a span below a root or region child recorded on another thread (the
+        autograd engine's device threads) that started during one."""
+        its = self.iterations()
+        n = len(self.df)
+        inside = np.zeros(n, dtype=bool)
+        inside[its] = True
+        start = self.col("start_ns", 0).astype(np.int64)
+        end = start + self.dur
+        order = np.argsort(start[its], kind="stable")
+        its_s, its_e = start[its][order], end[its][order]
+        region = self.kind == "region"
+        for i in range(n):              # parents first: ids grow with start time
+            if inside[i]:
+                continue
+            p = self.parent[i]
+            if p >= 0 and not region[p]:
+                inside[i] = inside[p]
+            elif not region[i]:
+                j = int(np.searchsorted(its_s, start[i], side="right")) - 1
+                inside[i] = j >= 0 and start[i] <= its_e[j]
+        return inside
 
     def model_time(self):
         return int(self.dur[self.iterations()].sum())
@@ -365,8 +395,7 @@ def gpu_vs_cpu(source):
     mt = src.model_time()
     if src.has_gpu:
         kern, kern_ns, copy_ns = _gpu_columns(src)
-        it_kinds = tuple(np.unique(src.kind[its]))
-        in_it = src.nearest(it_kinds, strict=False) >= 0
+        in_it = src.in_iterations()
         gpu = int((kern_ns + copy_ns)[in_it].sum())
         total = {"gpu_ns": gpu, "cpu_ns": mt - gpu,
                  "gpu_share": gpu / mt if mt else np.nan,

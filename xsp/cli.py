@@ -7,9 +7,11 @@
     xsp report trace.xsp -o report.html           (the self-contained HTML report)
     xsp compare before.xsp after.xsp [--top N]
 
-Errors (bad arguments, a missing or corrupt file) are one line on stderr, `xsp: error: ...`,
-with exit status 2 for bad arguments and 1 for everything else.  `xsp run` exits with the
-script's own status; the trace is written even when the script fails.
+Errors (bad arguments, a missing or corrupt file) are one line on stderr, `xsp: error: ...`:
+exit status 2 for what the argument parser rejects (an unknown command or option, a missing
+argument), 1 for everything else (a bad value, a missing or corrupt file).  `xsp run` exits
+with the script's own status (130 after Ctrl-C); the trace is written even when the script
+fails.
 """
 import argparse
 import os
@@ -92,8 +94,20 @@ def _write(what, fn, path):
         raise _Fail("cannot write %s %s: %s" % (what, path, exc.strerror or exc)) from None
 
 
+def _print_script_error(exc):
+    """The script's traceback without the frames of xsp's runner and runpy."""
+    here = os.path.abspath(__file__)
+    skip = {here, os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in skip or os.path.abspath(
+            tb.tb_frame.f_code.co_filename) in skip):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
 def _run(ns):
     import xsp
+    from ._util import printable
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     try:
@@ -101,22 +115,37 @@ def _run(ns):
     except (TypeError, ValueError) as exc:
         raise _Fail("--levels: %s" % exc) from None
     if ns.module:
+        import importlib.util
+        sys.path.insert(0, os.getcwd())      # as `python -m` does
+        try:
+            found = importlib.util.find_spec(ns.target) is not None
+        except (ImportError, ValueError) as exc:
+            found = False
+            why = str(exc)
+        else:
+            why = "no module named %r" % ns.target
+        finally:
+            sys.path.pop(0)
+        if not found:
+            raise _Fail("-m %s: %s" % (ns.target, why))
         label = ns.target
-        argv0 = ns.target
     else:
         if not os.path.isfile(ns.target):
             raise _Fail("no such script: %s" % ns.target)
         label = os.path.basename(ns.target)
-        argv0 = ns.target
+    label = printable(label)
     out = ns.output or (os.path.splitext(label)[0] if not ns.module
                         else ns.target.rsplit(".", 1)[-1]) + ".xsp"
-    for opt, path in (("-o", out), ("--chrome", ns.chrome), ("--html", ns.html)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise _Fail("%s %s: no such directory" % (opt, path))
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    sys.argv = [argv0] + list(ns.args)
-    if not ns.module:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(ns.target)))
+    # absolute now: the script may change the working directory
+    paths = {opt: os.path.abspath(p) for opt, p in (("-o", out), ("--chrome", ns.chrome),
+                                                    ("--html", ns.html)) if p}
+    for opt, path in paths.items():
+        if not os.path.isdir(os.path.dirname(path)):
+            raise _Fail("%s %s: no such directory" % (opt, os.path.dirname(path)))
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [ns.target] + list(ns.args)
+    sys.path.insert(0, os.getcwd() if ns.module else
+                    os.path.dirname(os.path.abspath(ns.target)))
     status = 0
     try:
         prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
@@ -135,25 +164,24 @@ def _run(ns):
             status = code if isinstance(code, int) else (0 if code is None else 1)
             if not isinstance(code, int) and code is not None:
                 sys.stderr.write("%s\n" % code)
-        except BaseException:
-            traceback.print_exc()
+        except KeyboardInterrupt:
+            sys.stderr.write("KeyboardInterrupt\n")
+            status = 130
+        except BaseException as exc:   # noqa: BLE001 -- the script's failure, reported
+            _print_script_error(exc)
             status = 1
         finally:
             prof.stop()
     finally:
         sys.argv = saved_argv
-        if not ns.module and sys.path and saved_path0 is not None:
-            try:
-                sys.path.remove(os.path.dirname(os.path.abspath(ns.target)))
-            except ValueError:
-                pass
+        sys.path[:] = saved_path
     trace = prof.trace
-    _write("trace", trace.save, out)
-    if ns.chrome:
-        _write("Chrome trace", trace.to_chrome_trace, ns.chrome)
     from . import report
+    _write("trace", trace.save, paths["-o"])
+    if ns.chrome:
+        _write("Chrome trace", trace.to_chrome_trace, paths["--chrome"])
     if ns.html:
-        _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), ns.html)
+        _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), paths["--html"])
     if not ns.quiet:
         sys.stderr.write(report.text(trace, top=ns.top))
         sys.stderr.write("trace: %s%s%s\n" % (
@@ -181,6 +209,8 @@ def _export(ns):
 
 def _report(ns):
     from . import report
+    if ns.top < 1:
+        raise _Fail("--top must be at least 1")
     trace = _load(ns.trace)
     _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), ns.output)
     return 0

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis as A
-from ._util import atomic_write, fmt_ns
+from ._util import atomic_write, fmt_ns, printable
 
 
 def fmt_share(x):
@@ -61,13 +61,15 @@ class _Summary:
 
     def headline(self):
         lat = self.iters["latency_ns"].to_numpy()
-        lines = [self.title,
-                 "levels %s, %d spans, %d iteration%s" % (
-                     self.levels, self.n_spans, len(lat), "" if len(lat) == 1 else "s")]
-        if self.measurement is not None:
+        if self.measurement is None:
+            lines = [self.title, "levels %s, %d spans, %d iteration%s" % (
+                self.levels, self.n_spans, len(lat), "" if len(lat) == 1 else "s")]
+        else:
             m = self.measurement
-            lines.append("leveled measurement: runs %s, %d warm-up, %d repeat, trim %g" % (
-                " / ".join(m.runs), m.warmup, m.repeat, m.trim))
+            lines = [self.title, "levels %s, %d spans per iteration (run %s: %d spans in all)"
+                     % (self.levels, len(self.src.df), m.runs[-1], self.n_spans)]
+            lines.append("leveled measurement: runs %s, %d warm-up, %d repeat (+%d priming), "
+                         "trim %g" % (" / ".join(m.runs), m.warmup, m.repeat, m.skip, m.trim))
             ov = m.overhead.iloc[0]
             s = "model latency %s (trimmed mean; std %s)" % (fmt_ns(ov["latency_ns"]),
                                                             fmt_ns(ov["std_ns"]))
@@ -75,7 +77,7 @@ class _Summary:
                 s += ", throughput %.1f samples/s at batch %d" % (m.throughput_per_s,
                                                                  m.batch_size)
             lines.append(s)
-        elif len(lat):
+        if self.measurement is None and len(lat):
             lines.append("model latency: mean %s, median %s, min %s, max %s" % (
                 fmt_ns(lat.mean()), fmt_ns(np.median(lat)), fmt_ns(lat.min()),
                 fmt_ns(lat.max())))
@@ -117,7 +119,7 @@ def text(source, top=10):
     else:
         out.append("")
         out.append("Kernels, GPU vs CPU: level G was not recorded")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")
 
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -155,8 +157,8 @@ def _barh(labels, values, title, xlabel, stacked=None):
             left = left + np.nan_to_num(np.asarray(vals, dtype=float))
         ax.legend(loc="lower right")
     ax.set_yticks(y)
-    ax.set_yticklabels([str(s)[:48] for s in labels])
-    ax.set_title(title)
+    ax.set_yticklabels([printable(str(s))[:48] for s in labels])
+    ax.set_title(printable(title))
     ax.set_xlabel(xlabel)
     return _png(fig)
 
@@ -239,7 +241,7 @@ def html_fragment(source, top=10):
         parts.append('<figure><img alt="%s" src="data:image/png;base64,%s"/></figure>'
                      % (esc(alt), png))
     parts.append("</div>")
-    return "\n".join(parts)
+    return printable("\n".join(parts))
 
 
 def html(source, path=None, top=10):
@@ -302,7 +304,7 @@ def compare_text(before, after, top=20, names=("before", "after")):
             out.append("  none recorded")
             continue
         out.extend("  " + ln for ln in _pretty(df).to_string(index=False).splitlines())
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")
 
 
 __all__ = ["text", "html", "html_fragment", "compare", "compare_text", "fmt_ns"]

@@ -24,6 +24,7 @@ PyObject *xsp_tracedata_wrap(PyTypeObject *tp, xsp_trace *t)
         return NULL;
     }
     self->trace = t;
+    self->saving = 0;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -297,8 +298,21 @@ int xsp_py_set_meta(xsp_trace *t, const char *key, PyObject *value)
     return 0;
 }
 
+/* Returns 0, or -1 with RuntimeError set when a save() on another thread is reading the
+ * trace without the GIL (changing it then would free memory the writer reads). */
+static int refuse_while_saving(xsp_TraceDataObject *self, const char *what)
+{
+    if (self->saving == 0)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s: the trace is being saved by another thread; "
+                 "change it after save() returns", what);
+    return -1;
+}
+
 static PyObject *td_set_meta(xsp_TraceDataObject *self, PyObject *args)
 {
+    if (refuse_while_saving(self, "set_meta") != 0)
+        return NULL;
     const char *key;
     PyObject *value;
     if (!PyArg_ParseTuple(args, "sO:set_meta", &key, &value))
@@ -375,6 +389,8 @@ static PyObject *as_tuple(PyObject *o, const char *what)
 
 static PyObject *td_add_attrs(xsp_TraceDataObject *self, PyObject *args)
 {
+    if (refuse_while_saving(self, "add_attrs") != 0)
+        return NULL;
     PyObject *key, *ids_o, *vals_o;
     if (!PyArg_ParseTuple(args, "UOO:add_attrs", &key, &ids_o, &vals_o))
         return NULL;
@@ -427,6 +443,8 @@ done:
 
 static PyObject *td_set_thread_name(xsp_TraceDataObject *self, PyObject *args)
 {
+    if (refuse_while_saving(self, "set_thread_name") != 0)
+        return NULL;
     unsigned long long tid;
     const char *name;
     if (!PyArg_ParseTuple(args, "Ks:set_thread_name", &tid, &name))
@@ -451,9 +469,11 @@ static PyObject *td_save(xsp_TraceDataObject *self, PyObject *arg)
         return NULL;
     char err[512];
     int rc;
+    self->saving++;                 /* the trace stays as it is until the write is done */
     Py_BEGIN_ALLOW_THREADS
     rc = xsp_trace_save(self->trace, PyBytes_AS_STRING(bytes), err, sizeof err);
     Py_END_ALLOW_THREADS
+    self->saving--;
     Py_DECREF(bytes);
     if (rc != 0)
         return PyErr_Format(PyExc_OSError, "%s", err);

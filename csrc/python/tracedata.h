@@ -15,6 +15,9 @@
 typedef struct {
     PyObject_HEAD
     xsp_trace *trace;   /* owned; never NULL after construction */
+    int saving;         /* save() calls writing the trace with the GIL released; the methods
+                         * that change the trace refuse while it is > 0.  Protected by the
+                         * GIL (read and written only with it held). */
 } xsp_TraceDataObject;
 
 /* The type's spec, turned into a heap type by the module's exec slot. */

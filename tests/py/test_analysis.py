@@ -313,3 +313,45 @@ def test_text_and_html_reports_on_the_gpu_trace():
     assert tr._repr_html_().startswith('<div class="xsp-report">')
     # CPU trace: no kernel section, says so
     assert "Kernels, GPU vs CPU: level G was not recorded" in cpu_trace().report()
+
+
+def test_work_on_other_threads_belongs_to_the_iteration_it_started_in():
+    # autograd's device thread (track 2) runs a backward function adopted by the region
+    # during step#0; its kernel counts towards that iteration's GPU work
+    spans = [
+        S("prof", "region", 0, 1000),                                  # 0
+        S("step#0", "step", 0, 500, 0),                                # 1
+        S("Net", "model", 10, 200, 1, type="Net"),                     # 2
+        S("fc", "module", 20, 190, 2, type="Linear"),                  # 3
+        S("gemm", "kernel", 30, 130, 3, 1),                            # 4
+        S("MmBackward0", "backward", 300, 450, 0, 2),                  # 5
+        S("gemm_bw", "kernel", 310, 400, 5, 1),                        # 6
+        S("step#1", "step", 500, 1000, 0),                             # 7
+        S("late", "backward", 1001, 1002, 0, 2),                       # 8: after every step
+        S("k_late", "kernel", 1001, 1002, 8, 1),                       # 9
+    ]
+    tr = xsp.Trace.from_spans(spans, threads=[(11, "main", 0), (STREAM, "s", 1),
+                                               (12, "autograd", 0)], meta={"levels": "MLG"})
+    g = A.gpu_vs_cpu(tr)
+    assert rows(g[g["layer"] == "(model)"][["latency_ns", "gpu_ns", "cpu_ns"]]) == [
+        (1000, 100 + 90, 1000 - 190)]
+    assert A.kernels_by_name(tr)["count"].sum() == 3      # every kernel is listed
+
+
+def test_level_l_alone_iterations_are_the_top_level_calls():
+    spans = [
+        S("aten::ones", "op", 0, 5),
+        S("Net", "module", 10, 110, type="Net"),
+        S("Net.fc", "module", 20, 100, 1, type="Linear"),
+        S("aten::sum", "op", 120, 125),
+        S("Net", "module", 200, 260, type="Net"),
+    ]
+    tr = xsp.Trace.from_spans(spans, meta={"levels": "L"})
+    assert rows(A.model_latency(tr)[["id", "latency_ns"]]) == [(1, 100), (4, 60)]
+
+
+def test_span_table_with_a_parent_cycle_is_refused():
+    df = gpu_trace().to_pandas().head(3).copy()
+    df.loc[1, "parent"] = 2
+    with pytest.raises(ValueError, match="span 1: parent 2 is not before it"):
+        A.layers(df)

@@ -189,3 +189,58 @@ class _nothing:
 
     def __exit__(self, *a):
         return False
+
+
+def test_run_module_directory_changes_interrupts(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert cli.main(["run", "-q", "-m", "no_such_pkg.mod"]) == 1
+    err = capsys.readouterr().err
+    assert err == "xsp: error: -m no_such_pkg.mod: No module named 'no_such_pkg'\n"
+    assert not (tmp_path / "mod.xsp").exists()
+    # -m finds modules in the current directory, as python -m does
+    (tmp_path / "localpkg").mkdir()
+    (tmp_path / "localpkg" / "__init__.py").write_text("")
+    (tmp_path / "localpkg" / "job.py").write_text(
+        "import sys, torch\nprint('job', sys.argv[1:], torch.ones(3).sum().item())\n")
+    assert cli.main(["run", "-q", "-m", "localpkg.job", "a"]) == 0
+    assert capsys.readouterr().out == "job ['a'] 3.0\n"
+    assert xsp.load("job.xsp").spans(name="aten::sum")
+    # a script that changes directory: outputs still land where xsp run started
+    (tmp_path / "chd.py").write_text(
+        "import os\nos.makedirs('sub', exist_ok=True)\nos.chdir('sub')\n"
+        "raise ValueError('bad')\n")
+    try:
+        assert cli.main(["run", "-q", "chd.py"]) == 1
+    finally:
+        os.chdir(tmp_path)
+    err = capsys.readouterr().err
+    assert err.startswith('Traceback (most recent call last):\n  File "')
+    assert err.splitlines()[1].endswith('chd.py", line 4, in <module>')   # script frames only
+    assert err.endswith("ValueError: bad\n")
+    assert (tmp_path / "chd.xsp").exists() and not (tmp_path / "sub" / "chd.xsp").exists()
+    (tmp_path / "intr.py").write_text("raise KeyboardInterrupt\n")
+    assert cli.main(["run", "-q", "intr.py"]) == 130
+    assert capsys.readouterr().err == "KeyboardInterrupt\n"
+    assert cli.main(["report", "intr.xsp", "-o", "r.html", "--top", "0"]) == 1
+    assert capsys.readouterr().err == "xsp: error: --top must be at least 1\n"
+
+
+def test_reports_with_names_that_are_not_utf8(tmp_path):
+    bad = b"layer\xff".decode("utf-8", "surrogateescape")
+    tr = xsp.Trace.from_spans([
+        {"name": "r\udcff", "kind": "region", "start_ns": 0, "end_ns": 100},
+        {"name": "Net", "kind": "model", "start_ns": 0, "end_ns": 100, "parent": 0},
+        {"name": bad, "kind": "module", "start_ns": 10, "end_ns": 90, "parent": 1,
+         "attrs": {"type": "Linear"}}], meta={"levels": "ML", "region": "r\udcff"})
+    tr.to_html(str(tmp_path / "r.html"))
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "layer?" in text and "xsp report: r?" in text
+    assert "layer?" in tr.report()
+    assert oct(os.stat(tmp_path / "r.html").st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    old = os.umask(0)
+    os.umask(old)
+    return old

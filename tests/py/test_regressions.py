@@ -138,3 +138,35 @@ def test_now_is_nanoseconds():
     a = _core.now()
     b = time.monotonic_ns()
     assert abs(b - a) < 50_000_000
+
+
+def test_changing_a_trace_while_another_thread_saves_it_is_refused(tmp_path):
+    """Regression: save() writes with the GIL released; add_attrs (and set_meta,
+    set_thread_name) freed the arrays it was reading: a segfault.  Now they raise."""
+    import threading
+    spans = [{"name": "r", "kind": "region", "start_ns": 0, "end_ns": 10}] + [
+        {"name": "s%d" % i, "kind": "op", "start_ns": i + 1, "end_ns": i + 2, "parent": 0}
+        for i in range(50000)]
+    td = xsp.Trace.from_spans(spans)._data
+    done = threading.Event()
+    outcomes = []
+
+    def saver():
+        while not done.is_set():
+            td.save(str(tmp_path / "t.xsp"))
+
+    th = threading.Thread(target=saver)
+    th.start()
+    try:
+        for i in range(100):
+            try:
+                td.add_attrs("k%d" % i, [0, 5], [1, 2])
+                outcomes.append("ok")
+            except RuntimeError as exc:
+                assert "being saved by another thread" in str(exc)
+                outcomes.append("refused")
+    finally:
+        done.set()
+        th.join()
+    assert len(outcomes) == 100
+    assert len(xsp.load(str(tmp_path / "t.xsp"))) == 50001      # the file is whole
