@@ -302,8 +302,9 @@ def kernels(source):
         "name": names[ids],
         "start_ns": src.col("start_ns", 0)[ids].astype(np.int64),
         "duration_ns": src.dur[ids],
-        "op": np.where(op >= 0, names[np.maximum(op, 0)], None) if len(ids) else [],
-        "layer": src.col("module", None)[ids],
+        "op": pd.Series(np.where(op >= 0, names[np.maximum(op, 0)], None) if len(ids)
+                        else [], dtype=object),
+        "layer": pd.Series(src.col("module", None)[ids], dtype=object),
     })
     for a in KERNEL_ATTRS:
         df[a] = src.col(a, None)[ids]

@@ -415,6 +415,9 @@ class profile:
             raise ProfilerError("report() needs a finished profile: call it after the block")
         return self.trace.report(top=top)
 
+    def _repr_html_(self):
+        return self.trace._repr_html_() if self.trace is not None else None
+
     def __repr__(self):
         state = "recording" if _active is self else ("done" if self.trace is not None else "new")
         return "<xsp.profile levels=%s %s>" % (self.levels, state)
