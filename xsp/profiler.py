@@ -53,9 +53,10 @@ class _ModuleCalls:
     KeyboardInterrupt included.  The wrapper is inert once stopped (in case another tool wrapped
     __call__ after us and we cannot unwrap), and restored when it is still the class attribute.
 
-    Each thread keeps its own stack of open module calls; the bottom of the stack is a model
-    call, whose qualified-name map (id(submodule) -> 'layer1.0.conv1', from named_modules())
-    names the modules called inside it.
+    Each thread keeps its own state: the number of open module calls, and the qualified-name
+    map (id(submodule) -> 'layer1.0.conv1', from named_modules()) of the top-level (model) call
+    that names the modules called inside it.  A call's span key lives in the wrapper's frame,
+    so begin and end pair up whatever the forward raises.
     """
 
     def __init__(self, torch, record_model, record_modules, record_shapes=False,
@@ -79,28 +80,62 @@ class _ModuleCalls:
     def install(self):
         Module = self._torch.nn.Module
         orig = Module.__call__
-        on, enter, leave = self._on, self._enter, self._leave
+        # everything the wrapper touches per call is a local of this closure: a module call
+        # costs a few attribute-free steps when nested (one dict lookup, one begin, one end)
+        on, tls, begin, end = self._on, self._tls, _core.begin, _core.end
+        new_state, top_key, name_of, failed = (self._new_state, self._top_key, self._name_of,
+                                               self._failed)
+        rec_modules = self._record_modules
+        lv_l, k_mod = LEVEL_L, KIND["module"]
 
         def __call__(module, *args, **kwargs):
             if not on[0]:
                 return orig(module, *args, **kwargs)
-            enter(module)
+            try:
+                state = tls.state
+            except AttributeError:
+                state = new_state()
+            if not state[0]:
+                key = top_key(module, state)
+            elif rec_modules:
+                try:
+                    name = state[1].get(id(module))
+                    if name is None:
+                        name = name_of(module, state)
+                    key = begin(lv_l, k_mod, name, type(module).__name__)
+                except Exception:
+                    key = failed()
+            else:
+                key = None
+            state[0] += 1
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                leave()
+                state[0] -= 1
+                if key is not None:
+                    end(key)
 
         if self.side is not None:
-            enter_x, leave_x = self._enter_extra, self._leave_extra
+            key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
 
             def __call__(module, *args, **kwargs):   # noqa: F811 -- the recording variant
                 if not on[0]:
                     return orig(module, *args, **kwargs)
-                enter_x(module, args, kwargs)
+                try:
+                    state = tls.state
+                except AttributeError:
+                    state = new_state()
+                key = key_of(module, state)
+                rec = extra_enter(args, kwargs) if key is not None else None
+                state[0] += 1
                 try:
                     return orig(module, *args, **kwargs)
                 finally:
-                    leave_x()
+                    state[0] -= 1
+                    if rec is not None:
+                        extra_leave(rec)
+                    if key is not None:
+                        end(key)
 
         __call__.__wrapped__ = orig
         __call__.__qualname__ = "Module.__call__ (xsp)"
@@ -125,75 +160,80 @@ class _ModuleCalls:
             self._names[id(root)] = entry
         return entry[1]
 
-    def _enter(self, module):
-        stack = getattr(self._tls, "stack", None)
-        if stack is None:
-            stack = self._tls.stack = []
-            self.thread_names[threading.get_native_id()] = threading.current_thread().name
+    def _new_state(self):
+        """The calling thread's state: [open module calls, qualified-name map of the model
+        being called, that model]."""
+        state = self._tls.state = [0, {}, None]
+        self.thread_names[threading.get_native_id()] = threading.current_thread().name
+        return state
+
+    def _failed(self):
+        """Counts a failure inside the bookkeeping; the call then records no span."""
+        self.errors += 1
+        return None
+
+    def _top_key(self, module, state):
+        """A top-level call: maps the model's module names, begins its span (model, or module
+        with L alone).  Returns the key or None."""
+        state[1], state[2] = {}, module
         try:
+            state[1] = self._qualnames(module)
             cls = type(module).__name__
-            if not stack:
-                names = self._qualnames(module)
-                if self._record_model:
-                    key = _core.begin(LEVEL_M, KIND["model"], cls, cls)
-                elif self._record_modules:
-                    key = _core.begin(LEVEL_L, KIND["module"], cls, cls)
-                else:
-                    key = None
-            else:
-                names = stack[0][1]
-                key = None
-                if self._record_modules:
-                    name = names.get(id(module))
-                    if name is None:          # added since the map was built: rebuild once
-                        self._names.pop(id(stack[0][2]), None)
-                        names = self._qualnames(stack[0][2])
-                        name = names.get(id(module))
-                        if name is None:      # not a submodule at all: named by its class,
-                            name = names[id(module)] = cls   # and never looked up again
-                        stack[0] = stack[0][:1] + (names,) + stack[0][2:]
-                    key = _core.begin(LEVEL_L, KIND["module"], name, cls)
-            stack.append((key, names, module if not stack else stack[0][2]))
+            if self._record_model:
+                return _core.begin(LEVEL_M, KIND["model"], cls, cls)
+            if self._record_modules:
+                return _core.begin(LEVEL_L, KIND["module"], cls, cls)
+            return None
         except Exception:
-            # keep the stack paired with _leave, whatever failed
-            self.errors += 1
-            stack.append((None, stack[0][1] if stack else {}, stack[0][2] if stack else module))
+            return self._failed()
 
-    def _leave(self):
+    def _name_of(self, module, state):
+        """Qualified name of a module missing from the model's map: rebuilt once (a module
+        added since), else the class name (not a submodule at all), remembered either way."""
+        root = state[2]
+        self._names.pop(id(root), None)
+        state[1] = names = self._qualnames(root) if root is not None else {}
+        name = names.get(id(module))
+        if name is None:
+            name = names[id(module)] = type(module).__name__
+        return name
+
+    def _key(self, module, state):
+        """Begins the span of one call as the fast wrapper does; returns its key or None."""
+        if not state[0]:
+            return self._top_key(module, state)
+        if not self._record_modules:
+            return None
         try:
-            key = self._tls.stack.pop()[0]
-            if key is not None:
-                _core.end(key)
+            name = state[1].get(id(module))
+            if name is None:
+                name = self._name_of(module, state)
+            return _core.begin(LEVEL_L, KIND["module"], name, type(module).__name__)
         except Exception:
-            self.errors += 1
+            return self._failed()
 
-    def _enter_extra(self, module, args, kwargs):
-        """_enter, plus input shapes and allocated memory for the span (if one was begun)."""
-        self._enter(module)
+    def _extra_enter(self, args, kwargs):
+        """Input shapes and allocated memory at entry, for a call that begun a span: a record
+        [shapes, bytes allocated at entry, delta] kept in begin order per thread."""
         try:
-            top = self._tls.stack[-1]
-            if top[0] is None:
-                self._tls.stack[-1] = top + (None,)
-                return
             rec = [_shapes_of(args, kwargs, self._torch) if self._shapes else None,
                    self._torch.cuda.memory_allocated() if self._memory else None, None]
             self.side.setdefault(threading.get_native_id(), []).append(rec)
-            self._tls.stack[-1] = top + (rec,)
+            return rec
         except Exception:
-            self.errors += 1
+            return self._failed()
 
-    def _leave_extra(self):
+    def _extra_leave(self, rec):
         try:
-            rec = self._tls.stack[-1][3] if len(self._tls.stack[-1]) > 3 else None
-            if rec is not None and rec[1] is not None:
+            if rec[1] is not None:
                 rec[2] = self._torch.cuda.memory_allocated() - rec[1]
         except Exception:
-            self.errors += 1
-        self._leave()
+            self._failed()
 
     def depth(self):
         """Open module calls on the calling thread."""
-        return len(getattr(self._tls, "stack", ()))
+        state = getattr(self._tls, "state", None)
+        return state[0] if state is not None else 0
 
 
 class profile:
