@@ -62,6 +62,7 @@ bench: setup
 	$(PY) benchmarks/bench_size.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_instr.py
+	$(PY) benchmarks/bench_instr.py --modules 2000
 
 clean:
 	rm -rf build $(BIN) xsp/*.so *.egg-info

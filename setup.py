@@ -89,7 +89,8 @@ else:
 core = Extension(
     "xsp._core",
     sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
-    + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c") + GPU_SRC,
+    + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c")
+    + rel("csrc/python/modcall.c") + GPU_SRC,
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
     + GPU_ARGS,

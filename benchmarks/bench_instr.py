@@ -6,7 +6,11 @@ shared VM is not.  For each variant a child process runs 0 and N torch.add ops u
 Instructions are not time (rdtsc, cache misses and page faults cost differently), but they
 compare code paths exactly; bench_ops.py gives the wall-clock view.
 
-    python benchmarks/bench_instr.py [--ops 20000]
+With --modules N it counts module calls instead: a chain of N identity modules called once
+(N module calls and one model call; the run with 0 calls the model alone), unprofiled, with
+empty global forward hooks, under xsp M and under xsp ML.
+
+    python benchmarks/bench_instr.py [--ops 20000] [--modules 0]
 """
 import argparse
 import os
@@ -17,6 +21,46 @@ import sys
 import common
 
 VARIANTS = ("unprofiled", "floor", "torch.profiler", "xsp L")
+MODULE_VARIANTS = ("unprofiled", "global hooks", "xsp M", "xsp ML")
+
+
+def child_modules(variant, n, total):
+    """Calls a chain of `total` identity modules, of which the first n run, once."""
+    import torch
+    from torch import nn
+
+    import xsp
+
+    class Id(nn.Module):
+        def forward(self, x):
+            return x
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mods = nn.ModuleList(Id() for _ in range(total))
+            self.k = 0
+
+        def forward(self, x):
+            for m in self.mods[:self.k]:
+                x = m(x)
+            return x
+
+    torch.set_num_threads(1)
+    model, x = Chain(), torch.ones(1)
+    model.k = total
+    for _ in range(3):
+        model(x)
+    model.k = n
+    if variant == "global hooks":
+        mod = torch.nn.modules.module
+        mod.register_module_forward_pre_hook(lambda m, a: None)
+        mod.register_module_forward_hook(lambda m, a, o: None, always_call=True)
+    elif variant.startswith("xsp"):
+        p = xsp.profile(levels=variant.split()[1])
+        p.start()
+    model(x)
+    os._exit(0)
 
 
 def child(variant, n, e2e):
@@ -50,10 +94,11 @@ def child(variant, n, e2e):
     os._exit(0)
 
 
-def instructions(variant, n, e2e):
+def instructions(variant, n, e2e, modules=0):
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           os.path.realpath(sys.executable), __file__, "--child", variant, str(n),
-           "1" if e2e else "0"]
+           os.path.realpath(sys.executable), __file__,
+           "--child-modules" if modules else "--child", variant, str(n),
+           str(modules) if modules else ("1" if e2e else "0")]
     # a fixed hash seed: dict layouts, and so the garbage collector's work, are the same in
     # every child, so the counts repeat (with random seeds they moved by ~300 per op)
     env = dict(os.environ, PYTHONHASHSEED="0")
@@ -68,9 +113,16 @@ def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
         return 0
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child-modules":
+        child_modules(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", type=int, default=20000)
+    ap.add_argument("--modules", type=int, default=0,
+                    help="count N module calls instead of ops")
     args = ap.parse_args(argv)
+    if args.modules:
+        return modules_main(args.modules)
     n = args.ops
     print("per-op cost in instructions (callgrind), torch.add on 8 floats, %d ops; %s"
           % (n, common.machine()))
@@ -94,6 +146,20 @@ def main(argv=None):
         over[v] = (res[v, False] - base_b, res[v, True] - base_e)
         print("%-16s %24.0f %26.0f" % (v, over[v][0], over[v][1]))
     common.print_ratios(over)
+    return 0
+
+
+def modules_main(n):
+    print("per-module-call cost in instructions (callgrind), %d identity modules; %s"
+          % (n, common.machine()))
+    jobs = [(v, k) for v in MODULE_VARIANTS for k in (0, n)]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda j: instructions(j[0], j[1], False, n), jobs)))
+    per = {v: (counts[v, n] - counts[v, 0]) / n for v in MODULE_VARIANTS}
+    print("unprofiled: %.0f instructions per module call" % per["unprofiled"])
+    for v in MODULE_VARIANTS[1:]:
+        print("%-14s +%.0f instructions per module call" % (v, per[v] - per["unprofiled"]))
     return 0
 
 

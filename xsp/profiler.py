@@ -74,19 +74,32 @@ class _ModuleCalls:
         self._on = [False]          # read by the wrapper on every call
         self._orig = None           # the __call__ we wrapped
         self._wrapper = None        # our wrapper
-        self.errors = 0             # exceptions caught inside the bookkeeping (a counter)
+        self._errors = 0            # exceptions caught inside the Python bookkeeping
+        self._c = None              # the C wrapper (_core.ModuleCall) when it is used
+        self._roots = {}            # thread ident -> its current top-level module (C wrapper)
         self.thread_names = {}      # native thread id -> Python thread name
+
+    @property
+    def errors(self):
+        """Failures inside the bookkeeping (counted, never raised)."""
+        return self._errors + (self._c.errors if self._c is not None else 0)
 
     def install(self):
         Module = self._torch.nn.Module
         orig = Module.__call__
-        # everything the wrapper touches per call is a local of this closure: a module call
-        # costs a few attribute-free steps when nested (one dict lookup, one begin, one end)
-        on, tls, begin, end = self._on, self._tls, _core.begin, _core.end
-        new_state, top_key, name_of, failed = (self._new_state, self._top_key, self._name_of,
-                                               self._failed)
-        rec_modules = self._record_modules
-        lv_l, k_mod = LEVEL_L, KIND["module"]
+        if self.side is None:
+            # the common case: the wrapper in C (csrc/python/modcall.c); a nested module call
+            # runs no Python of ours
+            self._c = _core.ModuleCall(orig, self._c_top, self._c_name_of, self._c_new_thread,
+                                       self._record_modules)
+            self._orig, self._wrapper = orig, self._c
+            self._on[0] = True
+            Module.__call__ = self._c
+            return
+        # recording shapes or memory: a Python wrapper, which also keeps the side table
+        on, tls, end = self._on, self._tls, _core.end
+        new_state = self._new_state
+        key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
 
         def __call__(module, *args, **kwargs):
             if not on[0]:
@@ -95,47 +108,17 @@ class _ModuleCalls:
                 state = tls.state
             except AttributeError:
                 state = new_state()
-            if not state[0]:
-                key = top_key(module, state)
-            elif rec_modules:
-                try:
-                    name = state[1].get(id(module))
-                    if name is None:
-                        name = name_of(module, state)
-                    key = begin(lv_l, k_mod, name, type(module).__name__)
-                except Exception:
-                    key = failed()
-            else:
-                key = None
+            key = key_of(module, state)
+            rec = extra_enter(args, kwargs) if key is not None else None
             state[0] += 1
             try:
                 return orig(module, *args, **kwargs)
             finally:
                 state[0] -= 1
+                if rec is not None:
+                    extra_leave(rec)
                 if key is not None:
                     end(key)
-
-        if self.side is not None:
-            key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
-
-            def __call__(module, *args, **kwargs):   # noqa: F811 -- the recording variant
-                if not on[0]:
-                    return orig(module, *args, **kwargs)
-                try:
-                    state = tls.state
-                except AttributeError:
-                    state = new_state()
-                key = key_of(module, state)
-                rec = extra_enter(args, kwargs) if key is not None else None
-                state[0] += 1
-                try:
-                    return orig(module, *args, **kwargs)
-                finally:
-                    state[0] -= 1
-                    if rec is not None:
-                        extra_leave(rec)
-                    if key is not None:
-                        end(key)
 
         __call__.__wrapped__ = orig
         __call__.__qualname__ = "Module.__call__ (xsp)"
@@ -145,6 +128,9 @@ class _ModuleCalls:
 
     def remove(self):
         self._on[0] = False
+        if self._c is not None:
+            self._c.set_on(False)
+        self._roots.clear()
         Module = self._torch.nn.Module
         if Module.__dict__.get("__call__") is self._wrapper:
             Module.__call__ = self._orig
@@ -169,8 +155,24 @@ class _ModuleCalls:
 
     def _failed(self):
         """Counts a failure inside the bookkeeping; the call then records no span."""
-        self.errors += 1
+        self._errors += 1
         return None
+
+    # -- called by the C wrapper on its rare paths (modcall.c) ----------------------------------
+    def _c_new_thread(self):
+        self.thread_names[threading.get_native_id()] = threading.current_thread().name
+
+    def _c_top(self, module):
+        """A top-level call: (key or None, the model's qualified-name map)."""
+        state = [0, {}, None]
+        key = self._top_key(module, state)
+        self._roots[threading.get_ident()] = module
+        return key, state[1]
+
+    def _c_name_of(self, module):
+        """A module missing from the map: (its name, the map rebuilt)."""
+        state = [1, {}, self._roots.get(threading.get_ident())]
+        return self._name_of(module, state), state[1]
 
     def _top_key(self, module, state):
         """A top-level call: maps the model's module names, begins its span (model, or module
@@ -232,6 +234,8 @@ class _ModuleCalls:
 
     def depth(self):
         """Open module calls on the calling thread."""
+        if self._c is not None:
+            return self._c.depth()
         state = getattr(self._tls, "state", None)
         return state[0] if state is not None else 0
 

@@ -18,6 +18,7 @@
 #include "../include/xsp_api.h"
 #include "../io/tracefile.h"
 #include "gpumod.h"
+#include "modcall.h"
 #include "tracedata.h"
 
 static const xsp_core_api core_api = {
@@ -33,9 +34,6 @@ static xsp_core_state *xsp_state(PyObject *mod)
 {
     return PyModule_GetState(mod);
 }
-
-/* Keys for spans begun from Python: high bit set, so they never equal an object address. */
-static _Atomic uint64_t next_key = 0;
 
 static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
@@ -136,7 +134,7 @@ static PyObject *core_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         return NULL;
     if (nargs == 4 && args[3] != Py_None && !(name2 = PyUnicode_AsUTF8AndSize(args[3], &len2)))
         return NULL;
-    uint64_t key = (1ull << 63) | atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed);
+    uint64_t key = xsp_py_new_key();   /* never an object address: see modcall.h */
     xsp_rec_begin((uint8_t)level, (uint8_t)kind, name, (size_t)len, name2, (size_t)len2, key, -1,
                   0);
     return PyLong_FromUnsignedLongLong(key);
@@ -575,6 +573,11 @@ static int core_exec(PyObject *m)
     xsp_core_state *st = PyModule_GetState(m);
     st->tracedata_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &xsp_tracedata_spec, NULL);
     if (!st->tracedata_type || PyModule_AddType(m, st->tracedata_type) < 0)
+        return -1;
+    PyObject *mc_type = PyType_FromModuleAndSpec(m, &xsp_modulecall_spec, NULL);
+    int mc_rc = mc_type ? PyModule_AddType(m, (PyTypeObject *)mc_type) : -1;
+    Py_XDECREF(mc_type);
+    if (mc_rc < 0)
         return -1;
     st->format_error = PyErr_NewExceptionWithDoc(
         "xsp._core.TraceFormatError",

@@ -1,0 +1,302 @@
+/*
+ * modcall.c: xsp._core.ModuleCall, the nn.Module.__call__ wrapper of levels M and L, in C.
+ *
+ * While a profile records M or L, xsp replaces nn.Module.__call__ with one of these objects
+ * (xsp/profiler.py, _ModuleCalls).  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR),
+ * so CPython calls it unbound with the module first, as it calls a Python function, and a
+ * vectorcall: a nested module call costs one dict lookup, the core's begin and end, and the
+ * call of the wrapped __call__, with no Python frame of ours.  (The Python wrapper it replaces
+ * cost 0.6-1.4 us per call; docs/performance.md.)
+ *
+ * Per thread, a small C11 thread-local state: the number of open module calls and the
+ * qualified-name map {id(module): "layer1.0.conv1"} of the current top-level (model) call.  The
+ * rare paths stay in Python, called from here: top(module) for a top-level call (maps the
+ * model's names, begins the model span, returns (key or None, names)), name_of(module) for a
+ * module missing from the map (returns (name, names)), new_thread() the first time a thread
+ * calls (records its name).  A failure in any of them, or here, is counted in `errors` and the
+ * call goes on without a span: bookkeeping never changes what the model does or raises.
+ *
+ * The state belongs to one wrapper (its serial): a thread's first call through a newer wrapper
+ * resets it.  The thread-local names map is a strong reference to a dict of ints and strs (no
+ * module is kept alive by it); the last one of a thread lives until that thread calls through
+ * a newer wrapper.
+ *
+ * The wrapper's begin and end pair up in its own C frame, so an exception from the forward
+ * (KeyboardInterrupt included) still ends the span.  `on` turns it into a plain forwarder once
+ * the profile stops, in case another tool wrapped __call__ after us.
+ */
+#include "modcall.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+#include <structmember.h>
+
+#include "../core/recorder.h"
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;  /* mc_vectorcall */
+    PyObject *orig;             /* the __call__ wrapped (strong) */
+    PyObject *top;              /* top(module) -> (key or None, names) (strong) */
+    PyObject *name_of;          /* name_of(module) -> (name, names) (strong) */
+    PyObject *new_thread;       /* new_thread() -> None (strong) */
+    uint64_t serial;            /* identifies the per-thread state made for this wrapper */
+    int record_modules;         /* 1: nested calls get module spans (level L) */
+    _Atomic int on;             /* 1 while the profile records; set by set_on() */
+    _Atomic long long errors;   /* failures in the bookkeeping (counted, never raised) */
+} xsp_ModuleCallObject;
+
+static _Atomic uint64_t next_key = 0;       /* see xsp_py_new_key */
+static _Atomic uint64_t next_serial = 1;    /* serials of ModuleCall objects */
+
+/* Per-thread state, written only by its thread. */
+static _Thread_local uint64_t tls_serial;   /* serial of the wrapper it belongs to, 0 = none */
+static _Thread_local long tls_depth;        /* open module calls through that wrapper */
+static _Thread_local PyObject *tls_names;   /* names map of the current top-level call */
+
+uint64_t xsp_py_new_key(void)
+{
+    return (1ull << 63) | atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed);
+}
+
+static void count_error(xsp_ModuleCallObject *self)
+{
+    PyErr_Clear();
+    atomic_fetch_add_explicit(&self->errors, 1, memory_order_relaxed);
+}
+
+/* Takes a (x, dict) pair returned by a Python helper: stores the dict as the thread's names
+ * map and returns x (borrowed from the pair, which the caller releases), or NULL (counted). */
+static PyObject *take_pair(xsp_ModuleCallObject *self, PyObject *pair)
+{
+    if (pair == NULL || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+        || !PyDict_Check(PyTuple_GET_ITEM(pair, 1))) {
+        count_error(self);
+        return NULL;
+    }
+    Py_XSETREF(tls_names, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
+    return PyTuple_GET_ITEM(pair, 0);
+}
+
+/* Begins the span of a call (returns its key, or 0 for none). */
+static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module)
+{
+    if (tls_serial != self->serial) {       /* this thread's first call through this wrapper */
+        Py_CLEAR(tls_names);
+        tls_depth = 0;
+        tls_serial = self->serial;
+        PyObject *r = PyObject_CallNoArgs(self->new_thread);
+        if (r == NULL)
+            count_error(self);
+        Py_XDECREF(r);
+    }
+    if (tls_depth == 0) {                   /* a top-level (model) call: Python maps names */
+        PyObject *pair = PyObject_CallOneArg(self->top, module);
+        PyObject *k = take_pair(self, pair);
+        uint64_t key = 0;
+        if (k != NULL && k != Py_None) {
+            key = PyLong_AsUnsignedLongLong(k);
+            if (key == (uint64_t)-1 && PyErr_Occurred()) {
+                count_error(self);
+                key = 0;
+            }
+        }
+        Py_XDECREF(pair);
+        return key;
+    }
+    if (!self->record_modules)
+        return 0;
+    PyObject *id = PyLong_FromVoidPtr(module);
+    if (id == NULL) {
+        count_error(self);
+        return 0;
+    }
+    PyObject *name = tls_names ? PyDict_GetItemWithError(tls_names, id) : NULL;  /* borrowed */
+    Py_DECREF(id);
+    PyObject *pair = NULL;
+    if (name == NULL) {                     /* not in the map: Python names it (rare) */
+        if (PyErr_Occurred()) {
+            count_error(self);
+            return 0;
+        }
+        pair = PyObject_CallOneArg(self->name_of, module);
+        name = take_pair(self, pair);
+    }
+    const char *s = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    uint64_t key = 0;
+    if (s == NULL) {
+        if (name != NULL)
+            count_error(self);
+    } else {
+        /* both strings are NUL-terminated and stay put for the session (the names map keeps
+         * the str, the class its name): the core's pointer cache finds them without hashing */
+        const char *cls = Py_TYPE(module)->tp_name;
+        if (!(Py_TYPE(module)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            const char *dot = strrchr(cls, '.');   /* a static type: "package.Name" */
+            if (dot != NULL)
+                cls = dot + 1;
+        }
+        key = xsp_py_new_key();
+        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, s, XSP_NAME_NUL, cls, XSP_NAME_NUL, key, -1,
+                      0);
+    }
+    Py_XDECREF(pair);
+    return key;
+}
+
+static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    xsp_ModuleCallObject *self = (xsp_ModuleCallObject *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!atomic_load_explicit(&self->on, memory_order_relaxed) || nargs < 1)
+        return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    uint64_t key = begin_call(self, args[0]);
+    tls_depth++;
+    PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    tls_depth--;
+    if (key != 0)
+        xsp_rec_end(key, 0);   /* no Python, cannot raise: the forward's exception stays */
+    return res;
+}
+
+/* ModuleCall(orig, top, name_of, new_thread, record_modules) */
+static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"orig", "top", "name_of", "new_thread", "record_modules", NULL};
+    PyObject *orig, *top, *name_of, *new_thread;
+    int record_modules;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOp:ModuleCall", kwlist, &orig, &top,
+                                     &name_of, &new_thread, &record_modules))
+        return NULL;
+    if (!PyCallable_Check(orig) || !PyCallable_Check(top) || !PyCallable_Check(name_of)
+        || !PyCallable_Check(new_thread))
+        return PyErr_Format(PyExc_TypeError, "ModuleCall: orig, top, name_of and new_thread "
+                            "must be callable");
+    xsp_ModuleCallObject *self = (xsp_ModuleCallObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = mc_vectorcall;
+    self->orig = Py_NewRef(orig);
+    self->top = Py_NewRef(top);
+    self->name_of = Py_NewRef(name_of);
+    self->new_thread = Py_NewRef(new_thread);
+    self->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
+    self->record_modules = record_modules;
+    atomic_store_explicit(&self->on, 1, memory_order_relaxed);
+    atomic_store_explicit(&self->errors, 0, memory_order_relaxed);
+    return (PyObject *)self;
+}
+
+static int mc_traverse(xsp_ModuleCallObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->orig);
+    Py_VISIT(self->top);
+    Py_VISIT(self->name_of);
+    Py_VISIT(self->new_thread);
+    return 0;
+}
+
+static int mc_clear(xsp_ModuleCallObject *self)
+{
+    Py_CLEAR(self->orig);
+    Py_CLEAR(self->top);
+    Py_CLEAR(self->name_of);
+    Py_CLEAR(self->new_thread);
+    return 0;
+}
+
+static void mc_dealloc(xsp_ModuleCallObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    mc_clear(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* Attribute access (Module.__call__ on an instance): a bound method, as for a function. */
+static PyObject *mc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *mc_set_on(xsp_ModuleCallObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    atomic_store_explicit(&self->on, on, memory_order_relaxed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mc_depth(xsp_ModuleCallObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLong(tls_serial == self->serial ? tls_depth : 0);
+}
+
+static PyObject *mc_get_errors(xsp_ModuleCallObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(atomic_load_explicit(&self->errors, memory_order_relaxed));
+}
+
+static PyObject *mc_get_wrapped(xsp_ModuleCallObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->orig ? self->orig : Py_None);
+}
+
+static PyObject *mc_get_qualname(PyObject *self, void *Py_UNUSED(closure))
+{
+    (void)self;
+    return PyUnicode_FromString("Module.__call__ (xsp)");
+}
+
+static PyMethodDef mc_methods[] = {
+    {"set_on", (PyCFunction)mc_set_on, METH_O,
+     "set_on(flag): record (True) or only forward (False)."},
+    {"depth", (PyCFunction)mc_depth, METH_NOARGS,
+     "depth() -> open module calls on the calling thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef mc_getset[] = {
+    {"errors", (getter)mc_get_errors, NULL, "failures in the bookkeeping (counted)", NULL},
+    {"__wrapped__", (getter)mc_get_wrapped, NULL, "the __call__ wrapped", NULL},
+    {"__qualname__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
+    {"__name__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef mc_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(xsp_ModuleCallObject, vectorcall), READONLY,
+     NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot mc_slots[] = {
+    {Py_tp_new, mc_new},
+    {Py_tp_dealloc, mc_dealloc},
+    {Py_tp_traverse, mc_traverse},
+    {Py_tp_clear, mc_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, mc_descr_get},
+    {Py_tp_methods, mc_methods},
+    {Py_tp_getset, mc_getset},
+    {Py_tp_members, mc_members},
+    {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules): xsp's "
+                "nn.Module.__call__ wrapper (see xsp/profiler.py)."},
+    {0, NULL},
+};
+
+PyType_Spec xsp_modulecall_spec = {
+    .name = "xsp._core.ModuleCall",
+    .basicsize = sizeof(xsp_ModuleCallObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+             | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = mc_slots,
+};

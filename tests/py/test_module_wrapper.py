@@ -1,0 +1,157 @@
+"""The nn.Module.__call__ wrapper in C (xsp._core.ModuleCall, csrc/python/modcall.c): what it
+records, how it binds, how it fails, and that the Python wrapper takes over when shapes or
+memory are recorded."""
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import xsp
+from xsp import _core
+from xsp import profiler as P
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+        self.stranger = None
+
+    def forward(self, x):
+        x = self.act(self.fc(x))
+        if self.stranger is not None:          # a module that is not a submodule
+            x = self.stranger(x)
+        return x
+
+
+def names(trace, kind):
+    return [(s.name, s.attrs.get("type")) for s in trace.spans(kind=kind)]
+
+
+def test_c_wrapper_records_and_is_removed():
+    net = Net()
+    orig = nn.Module.__dict__["__call__"]
+    with xsp.profile(levels="ML") as prof:
+        w = nn.Module.__dict__["__call__"]
+        assert type(w) is _core.ModuleCall and w.__wrapped__ is orig
+        assert w.__qualname__ == "Module.__call__ (xsp)"
+        net(torch.ones(1, 3))
+        net.__call__(torch.ones(1, 3))           # bound through the descriptor
+        assert prof._modules.depth() == 0
+    assert nn.Module.__dict__["__call__"] is orig
+    tr = prof.trace
+    assert names(tr, "model") == [("Net", "Net"), ("Net", "Net")]
+    assert names(tr, "module") == [("fc", "Linear"), ("act", "ReLU")] * 2
+    for m in tr.spans(kind="module"):
+        assert m.parent_span.kind == "model"
+    assert tr.meta["hook_errors"] == 0
+    # after the profile the wrapper object, if someone kept it, only forwards
+    assert w(net, torch.ones(1, 3)).shape == (1, 3)
+
+
+def test_levels_m_only_and_nested_depth():
+    net = Net()
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(prof._modules.depth())
+            return x
+
+    net.stranger = Probe()
+    with xsp.profile(levels="M") as prof:
+        net(torch.ones(1, 3))
+    assert seen == [2]          # the model call and the probe's own
+    assert names(prof.trace, "model") == [("Net", "Net")]
+    assert names(prof.trace, "module") == []
+
+
+def test_a_module_that_is_not_a_submodule_is_named_by_its_class():
+    net = Net()
+    object.__setattr__(net, "stranger", nn.Tanh())     # an attribute, not registered
+    assert "stranger" not in dict(net.named_modules())
+    with xsp.profile(levels="ML") as prof:
+        net(torch.ones(1, 3))
+        net(torch.ones(1, 3))
+    assert names(prof.trace, "module") == [("fc", "Linear"), ("act", "ReLU"),
+                                           ("Tanh", "Tanh")] * 2
+
+
+def test_module_added_during_the_session_gets_its_qualified_name():
+    net = Net()
+    with xsp.profile(levels="ML") as prof:
+        net(torch.ones(1, 3))
+        net.extra = nn.Sigmoid()
+        net.stranger = net.extra
+        net(torch.ones(1, 3))
+    assert names(prof.trace, "module")[-1] == ("extra", "Sigmoid")
+
+
+def test_bookkeeping_failures_are_counted_not_raised(monkeypatch):
+    net = Net()
+
+    def broken(self, root):
+        raise RuntimeError("named_modules failed")
+
+    monkeypatch.setattr(P._ModuleCalls, "_qualnames", broken)
+    with xsp.profile(levels="ML") as prof:
+        out = net(torch.ones(1, 3))
+    assert out.shape == (1, 3)
+    tr = prof.trace
+    # the top-level call could not map names: no model span, the failure counted; the
+    # nested calls then try to name their modules and fail the same way
+    assert tr.spans(kind="model") == []
+    assert tr.meta["hook_errors"] == 3
+
+
+def test_forward_exceptions_end_the_span_and_propagate():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise KeyboardInterrupt
+
+    net = Net()
+    net.stranger = Boom()
+    with xsp.profile(levels="ML") as prof:
+        with pytest.raises(KeyboardInterrupt):
+            net(torch.ones(1, 3))
+        assert prof._modules.depth() == 0
+        net.stranger = None
+        net(torch.ones(1, 3))
+    tr = prof.trace
+    assert [s.flags for s in tr.spans(kind="model")] == [0, 0]
+    assert tr.counters["open_at_stop"] == 0 and tr.counters["forced_end"] == 0
+
+
+def test_threads_record_their_own_calls():
+    net = Net()
+    done = []
+
+    def work():
+        net(torch.ones(1, 3))
+        done.append(threading.get_native_id())
+
+    with xsp.profile(levels="ML") as prof:
+        th = threading.Thread(target=work, name="worker-1")
+        th.start()
+        th.join()
+        net(torch.ones(1, 3))
+    tr = prof.trace
+    models = tr.spans(kind="model")
+    assert sorted(m.thread_name for m in models) == sorted(["MainThread", "worker-1"])
+    assert {m.thread for m in models} >= set(done)
+
+
+def test_shapes_use_the_python_wrapper():
+    net = Net()
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        assert nn.Module.__dict__["__call__"].__qualname__ == "Module.__call__ (xsp)"
+        assert type(nn.Module.__dict__["__call__"]) is not _core.ModuleCall
+        net(torch.ones(2, 3))
+    assert [s.attrs["shapes"] for s in prof.trace.spans(kind="module")] == ["[2, 3]", "[2, 3]"]
+
+
+def test_module_call_constructor_checks_its_arguments():
+    with pytest.raises(TypeError, match="must be callable"):
+        _core.ModuleCall(1, print, print, print, True)
