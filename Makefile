@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CC ?= gcc
 MSGPACK := $(shell pkg-config --exists msgpack-c 2>/dev/null && echo msgpack-c || echo msgpack)
+# msgpack-c's compile and link flags; set MSGPACK_FLAGS where pkg-config is missing
+MSGPACK_FLAGS ?= $(shell pkg-config --cflags --libs $(MSGPACK))
 CFLAGS_DEV := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wstrict-prototypes -Wshadow -Werror -g -O1 \
               -Icsrc -Itests/c
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -10,7 +12,10 @@ CORE_SRC := $(wildcard csrc/core/*.c)
 GPU_SRC := $(wildcard csrc/gpu/*.c)
 CUDA_HOME ?= /usr/local/cuda
 # The GPU source's tests need CUPTI's headers and library (no GPU): skipped, loudly, without.
-HAVE_CUPTI := $(shell test -f $(CUDA_HOME)/include/cupti.h && echo 1)
+CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/include/cupti.h \
+                                   $(CUDA_HOME)/extras/CUPTI/include/cupti.h))
+HAVE_CUPTI := $(if $(CUPTI_H),1)
+GPU_INC := -isystem $(dir $(CUPTI_H)) -isystem $(CUDA_HOME)/include
 IO_SRC := $(wildcard csrc/io/*.c)
 BIN := tests/c/bin
 OUT ?= out
@@ -31,17 +36,18 @@ ctest:
 	$(CC) $(CFLAGS_DEV) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io
+	    $(MSGPACK_FLAGS) -o $(BIN)/test_io
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $$(pkg-config --cflags --libs $(MSGPACK)) -o $(BIN)/test_io_san
+	    $(MSGPACK_FLAGS) -o $(BIN)/test_io_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
 ifeq ($(HAVE_CUPTI),1)
-	$(CC) $(CFLAGS_DEV) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
+	$(CC) $(CFLAGS_DEV) $(GPU_INC) tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
 	    -ldl -lpthread -o $(BIN)/test_gpu
-	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
+	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
 	    -ldl -lpthread -o $(BIN)/test_gpu_san
-	$(CC) $(CFLAGS_DEV) $(SAN) -I$(CUDA_HOME)/include tests/c/test_gpu_merge.c $(CORE_SRC) \
-	    $(GPU_SRC) -ldl -lpthread -o $(BIN)/test_gpu_merge_san
+	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/test_gpu_merge.c $(CORE_SRC) \
+	    $(GPU_SRC) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
+	    -o $(BIN)/test_gpu_merge_san
 	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san
 else
 	@echo "ctest: SKIPPED test_gpu: no CUPTI headers in $(CUDA_HOME)/include (set CUDA_HOME)"

@@ -12,6 +12,8 @@ Environment:
   XSP_DEV=1            warnings are errors, -O1 -g (the dev and test builds)
   XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
   XSP_NO_CUPTI=1       build without level G even where CUPTI's headers exist
+  XSP_MSGPACK_CFLAGS, XSP_MSGPACK_LIBS
+                       msgpack-c's flags where pkg-config is missing
 """
 import glob
 import os
@@ -31,7 +33,11 @@ def rel(pattern):
 
 
 def pkgconfig(names):
-    """Returns (cflags, libs) of the first pkg-config package found among names."""
+    """Returns (cflags, libs) of the first pkg-config package found among names, or those given
+    by XSP_MSGPACK_CFLAGS / XSP_MSGPACK_LIBS (machines without pkg-config)."""
+    if os.environ.get("XSP_MSGPACK_LIBS"):
+        return (shlex.split(os.environ.get("XSP_MSGPACK_CFLAGS", "")),
+                shlex.split(os.environ["XSP_MSGPACK_LIBS"]))
     for name in names:
         try:
             cflags = subprocess.check_output(["pkg-config", "--cflags", name], text=True)
@@ -56,35 +62,44 @@ TLS = ["-mtls-dialect=gnu2"] if platform.machine() in ("x86_64", "AMD64") else [
 mp_cflags, mp_libs = pkgconfig(["msgpack-c", "msgpack"])
 
 def find_cupti_include():
-    """The folder holding cupti.h: $CUDA_HOME, /usr/local/cuda, or the nvidia-cuda-cupti
-    package's include/ (for pip-only CUDA installs). None when absent: G is then unavailable."""
-    cands = []
+    """The folders for CUPTI's headers: [the one holding cupti.h, the one holding cuda.h (which
+    cupti.h includes), ...], from $CUDA_HOME, /usr/local/cuda (include/ or, in a standard
+    toolkit, extras/CUPTI/include/) or the nvidia pip packages (nvidia/cuda_cupti/include for
+    CUDA 12 wheels, nvidia/cu13/include for CUDA 13 ones).  [] when cupti.h is nowhere: G is
+    then unavailable."""
+    roots = []
     if os.environ.get("CUDA_HOME"):
-        cands.append(os.path.join(os.environ["CUDA_HOME"], "include"))
-    cands.append("/usr/local/cuda/include")
+        roots.append(os.environ["CUDA_HOME"])
+    roots.append("/usr/local/cuda")
+    cands = []
+    for r in roots:
+        cands += [os.path.join(r, "include"), os.path.join(r, "extras", "CUPTI", "include")]
     try:
         import importlib.util
-        spec = importlib.util.find_spec("nvidia.cuda_cupti")
-        if spec and spec.submodule_search_locations:
-            for loc in spec.submodule_search_locations:
-                cands.append(os.path.join(loc, "include"))
+        for pkg in ("nvidia.cuda_cupti", "nvidia.cu13", "nvidia.cuda_runtime"):
+            spec = importlib.util.find_spec(pkg)
+            if spec and spec.submodule_search_locations:
+                for loc in spec.submodule_search_locations:
+                    cands.append(os.path.join(loc, "include"))
     except Exception:  # no nvidia namespace package
         pass
-    for c in cands:
-        if os.path.isfile(os.path.join(c, "cupti.h")):
-            return c
-    return None
+    found = [c for c in cands if os.path.isfile(os.path.join(c, "cupti.h"))]
+    if not found:
+        return []
+    cuda_h = [c for c in cands if os.path.isfile(os.path.join(c, "cuda.h"))]
+    return list(dict.fromkeys(found[:1] + cuda_h))
 
 
-CUPTI_INC = None if os.environ.get("XSP_NO_CUPTI") == "1" else find_cupti_include()
+CUPTI_INC = [] if os.environ.get("XSP_NO_CUPTI") == "1" else find_cupti_include()
 GPU_SRC, GPU_ARGS, GPU_LIBS = [], [], []
 if CUPTI_INC:
     GPU_SRC = rel("csrc/gpu/*.c")
-    GPU_ARGS = ["-DXSP_HAVE_CUPTI=1", "-I" + CUPTI_INC]
+    # -isystem: warnings in NVIDIA's headers are not ours to fix (dev builds use -Werror)
+    GPU_ARGS = ["-DXSP_HAVE_CUPTI=1"] + [a for d in CUPTI_INC for a in ("-isystem", d)]
     GPU_LIBS = ["-ldl"]
 else:
-    print("xsp: warning: CUPTI headers not found ($CUDA_HOME/include, /usr/local/cuda/include, "
-          "nvidia-cuda-cupti): building without level G")
+    print("xsp: warning: CUPTI headers not found ($CUDA_HOME or /usr/local/cuda: include/ or "
+          "extras/CUPTI/include/; the nvidia-cuda-cupti package): building without level G")
 
 core = Extension(
     "xsp._core",

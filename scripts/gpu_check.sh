@@ -1,26 +1,54 @@
 #!/usr/bin/env bash
 # The device check (a CUDA machine without internet or apt, as lent by the device tool):
 # unpacks Debian's msgpack-c carried in .debs/, builds xsp against the installed torch, runs the
-# C tests, the CPU test suite, the GPU checks (tests/gpu) and the demo at MLG; logs go to $OUT.
+# C tests, the CPU test suite, the GPU checks (tests/gpu) and the demo at MLG.
+# Everything it writes goes into ONE archive, $OUT/gpu_check.tar.gz, plus $OUT/summary.txt
+# (the device tool brings back only a few files).
 #   echo /.debs/ >> .git/info/exclude; mkdir -p .debs
 #   (cd .debs && apt-get download libmsgpack-dev libmsgpackc2)       # once, on a machine with apt
-#   run: bash scripts/gpu_check.sh  (carry .debs)
+#   run: bash scripts/gpu_check.sh  (carry .debs), with a timeout that leaves time to rerun
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
+LOG=$(mktemp -d /tmp/xsp_gpu_check.XXXXXX)
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+S="$OUT/summary.txt"
+: > "$S"
+pack() { tar -czf "$OUT/gpu_check.tar.gz" -C "$LOG" . 2>/dev/null; }
+trap pack EXIT
+step() {   # step NAME TIMEOUT CMD...: runs CMD with a timeout, logs to NAME.txt, notes rc
+    local name=$1 t=$2; shift 2
+    local t0=$SECONDS
+    timeout "$t" "$@" > "$LOG/$name.txt" 2>&1
+    local rc=$?
+    echo "$name rc=$rc ($((SECONDS - t0)) s)" | tee -a "$S"
+    return $rc
+}
 if ls .debs/*.deb >/dev/null 2>&1; then
     for f in .debs/*.deb; do dpkg -x "$f" /tmp/mp; done
-    export CPATH=/tmp/mp/usr/include LIBRARY_PATH=/tmp/mp/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=/tmp/mp/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export PKG_CONFIG_PATH=/tmp/mp/usr/lib/x86_64-linux-gnu/pkgconfig
-    sed -i "s|^prefix=.*|prefix=/tmp/mp/usr|" /tmp/mp/usr/lib/x86_64-linux-gnu/pkgconfig/msgpack*.pc 2>/dev/null
+    MP=/tmp/mp/usr
+    export CPATH=$MP/include LIBRARY_PATH=$MP/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=$MP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # no pkg-config needed: the flags are given directly (setup.py, Makefile)
+    export XSP_MSGPACK_CFLAGS="-I$MP/include"
+    export XSP_MSGPACK_LIBS="-L$MP/lib/x86_64-linux-gnu -lmsgpackc"
+    export MSGPACK_FLAGS="$XSP_MSGPACK_CFLAGS $XSP_MSGPACK_LIBS"
 fi
-{ nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"; } > "$OUT/machine.txt" 2>&1
-XSP_DEV=1 XSP_REQUIRE_TORCH=1 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.txt" 2>&1 || { tail -50 "$OUT/build.txt"; exit 1; }
-make ctest > "$OUT/ctest.txt" 2>&1; echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
-python3 -m pytest -q -x tests/py > "$OUT/pytest_cpu.txt" 2>&1; echo "pytest tests/py rc=$?" | tee -a "$OUT/summary.txt"
-timeout 300 python3 -m pytest -v -s tests/gpu > "$OUT/pytest_gpu.txt" 2>&1; echo "pytest tests/gpu rc=$?" | tee -a "$OUT/summary.txt"
-timeout 120 python3 -m xsp.demo --levels MLG --out "$OUT" > "$OUT/demo.txt" 2>&1; echo "demo rc=$?" | tee -a "$OUT/summary.txt"
-tail -30 "$OUT/pytest_gpu.txt"
+{ uname -a; nvidia-smi; python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+  python3 -c "import pandas, numpy; print('pandas', pandas.__version__, 'numpy', numpy.__version__)"
+  python3 -c "import matplotlib; print('matplotlib', matplotlib.__version__)"
+  ls /usr/local/cuda/include/cupti.h /usr/local/cuda/extras/CUPTI/include/cupti.h; } > "$LOG/machine.txt" 2>&1
+# not XSP_DEV: -Werror against this machine's torch and CUDA headers and compiler proves nothing
+step build 300 env XSP_REQUIRE_TORCH=1 python3 -m pip install --no-build-isolation --no-deps -e . \
+    || { tail -40 "$LOG/build.txt" | tee -a "$S"; exit 1; }
+step gpu_info 60 python3 -c "import torch, xsp, xsp._core as c; from xsp import profiler as p; \
+print(c.gpu_info()); print(p.gpu_unavailable_reason(torch)); assert c.gpu_info()['built']"
+cat "$LOG/gpu_info.txt" >> "$S"
+step pytest_gpu 400 python3 -m pytest -v -s -p no:cacheprovider tests/gpu
+tail -25 "$LOG/pytest_gpu.txt" >> "$S"
+step demo 120 python3 -m xsp.demo --levels MLG --out "$LOG/demo"
+grep -A12 "Top 8 kernels\|GPU vs CPU\|leveled measurement" "$LOG/demo.txt" >> "$S" 2>/dev/null
+step ctest 240 make ctest
+step pytest_cpu 300 python3 -m pytest -q -x -p no:cacheprovider tests/py
+tail -3 "$LOG/pytest_cpu.txt" >> "$S"

@@ -359,7 +359,7 @@ class profile:
             return
         try:
             _core.start(max_bytes=self.max_memory, adopt_roots=True, gpu=True,
-                        gpu_max_bytes=self.gpu_max_memory)
+                        gpu_max_bytes=self.gpu_max_memory, gpu_share=_cupti_share_ok())
         except _core.GPUError as exc:
             self._no_gpu("level G cannot be recorded: " + str(exc).replace("xsp: ", "", 1))
             _core.start(max_bytes=self.max_memory, adopt_roots=True)
@@ -539,6 +539,20 @@ def gpu_unavailable_reason(torch):
     return None
 
 
+def _cupti_share_ok():
+    """Whether level G may trace without CUPTI's one subscription when another client holds it:
+    yes unless torch.profiler is recording now.  (Kineto subscribes at torch.profiler's first
+    use and keeps the subscription, idle, for the life of the process.)"""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return True
+    try:
+        return not (torch._C._autograd._profiler_enabled()
+                    or getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+    except Exception:   # noqa: BLE001 -- a torch without these: do not share
+        return False
+
+
 def _synchronize_all():
     """Waits for the GPU work of every device, so that CUPTI's forced flush at stop delivers it
     all.  Returns None, or the error a device raised (a pending CUDA error from the profiled
@@ -556,14 +570,16 @@ def _synchronize_all():
 
 
 def _cupti_dirs(torch):
-    """Folders to look for libcupti in, after a copy already loaded: the nvidia-cuda-cupti
-    package matching torch's CUDA (pip installs), then torch's own lib/."""
+    """Folders to look for libcupti in, after a copy already loaded: the nvidia pip packages
+    matching torch's CUDA (nvidia/cuda_cupti/lib for CUDA 12 wheels, nvidia/cu13/lib for CUDA
+    13 ones), then torch's own lib/."""
     dirs = []
     try:
         import importlib.util
-        spec = importlib.util.find_spec("nvidia.cuda_cupti")
-        for loc in (spec.submodule_search_locations or []) if spec else []:
-            dirs.append(os.path.join(loc, "lib"))
+        for pkg in ("nvidia.cuda_cupti", "nvidia.cu13"):
+            spec = importlib.util.find_spec(pkg)
+            for loc in (spec.submodule_search_locations or []) if spec else []:
+                dirs.append(os.path.join(loc, "lib"))
     except (ImportError, ValueError):
         pass
     dirs.append(os.path.join(os.path.dirname(torch.__file__), "lib"))

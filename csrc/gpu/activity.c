@@ -383,6 +383,7 @@ static void dec_one(xsp_gpu_store *s, const CUpti_Activity *a, uint32_t version)
         dec_api(s, (const CUpti_ActivityAPI *)a, 0);
         break;
     case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API:   /* a driver launch outside public APIs */
         dec_api(s, (const CUpti_ActivityAPI *)a, 1);
         break;
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
@@ -416,6 +417,12 @@ int xsp_gpu_decode(xsp_gpu_store *s, uint8_t *buf, size_t valid_size)
         CUptiResult st = f->ActivityGetNextRecord(buf, valid_size, &rec);
         if (st == CUPTI_ERROR_MAX_LIMIT_REACHED)
             break;
+        if (st == CUPTI_ERROR_INVALID_KIND) {
+            /* "the record is incomplete or invalid": the end of what CUPTI finished writing
+             * (NVIDIA's own samples stop there too); counted, not an error */
+            s->incomplete++;
+            break;
+        }
         if (st != CUPTI_SUCCESS || !rec) {
             s->bad_buffers++;
             rc = -1;

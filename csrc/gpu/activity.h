@@ -147,6 +147,12 @@ typedef struct xsp_gpu_store {
                                   default (CLOCK_REALTIME); set by xsp_gpu_start */
     uint32_t cupti_version;    /* cuptiGetVersion() of the library used; set by xsp_gpu_start */
     uint32_t kinds_missing;    /* bit i: optional kind i of xsp_gpu_start's list not enabled */
+    int32_t  share_ok;         /* in (set before xsp_gpu_start): 1 = when another client holds
+                                  CUPTI's one subscription but is not tracing (Kineto keeps an
+                                  idle one after torch.profiler's first use), trace without it */
+    int32_t  shared;           /* out: 1 = this session traces without the subscription */
+    uint64_t incomplete;       /* buffers whose walk ended at an incomplete record
+                                  (CUPTI_ERROR_INVALID_KIND). Protected by lock */
 } xsp_gpu_store;
 
 /* Allocates an empty store whose recs + ext + names may use up to max_bytes (0 = default

@@ -12,8 +12,9 @@
  *   g_pool     the buffer pool. Protected by g_pool.lock (taken per buffer request/return).
  *   g_push_on  1 while pushes reach CUPTI; atomic.  t_depth/t_epoch are per thread.
  *
- * Order matters at start: subscribe first (detects another client before we change anything),
- * then the timestamp callback (CUPTI requires it before any kind is enabled), the thread-id
+ * Order matters at start: subscribe first (detects another client before we change anything;
+ * an idle one is shared when the caller allows it: store->share_ok), then the timestamp
+ * callback (CUPTI requires it before any kind is enabled; registered once, see g_ts_clock), the thread-id
  * type, the buffer callbacks, and the kinds last.  At stop the kinds are disabled before the
  * forced flush, so no record can be written after the flush into a buffer nobody collects
  * (Kineto also disables, then flushes).
@@ -50,10 +51,21 @@ static const struct {
     {CUPTI_ACTIVITY_KIND_MEMSET, 0},
     {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, 1},
     {CUPTI_ACTIVITY_KIND_OVERHEAD, 1},
+    /* kernels the driver launches outside any public API call: without their launch record a
+     * kernel would have no API call and no op */
+    {CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API, 1},
 };
 #define N_KINDS (sizeof k_kinds / sizeof *k_kinds)
 
 static pthread_mutex_t g_sess_lock = PTHREAD_MUTEX_INITIALIZER; /* serialises start/stop */
+
+/* The timestamp callback registered last, and with which library.  Registered once, not at
+ * every start: re-registering has been reported (pytorch/pytorch#192021) to make CUPTI return
+ * one more record per session in its default clock domain.  Registered again when the clock or
+ * the library changes, or when another client shares CUPTI (it may have put its own there).
+ * Protected by g_sess_lock. */
+static xsp_gpu_clock_fn g_ts_clock;
+static const xsp_cupti_fns *g_ts_fns;
 static struct {
     int active;                          /* a session is started */
     const xsp_cupti_fns *f;              /* the table the session started with */
@@ -299,14 +311,25 @@ int xsp_gpu_start(xsp_gpu_store *store, xsp_gpu_clock_fn clock, char *err, size_
     if (xsp_cupti_open(NULL, 0, err, errlen) != 0)
         goto out;
     f = xsp_cupti();
+    store->shared = 0;
     r = f->Subscribe(&g_sess.sub, on_callback, NULL);
-    if (r != CUPTI_SUCCESS) {
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && store->share_ok) {
+        /* another client's idle subscription (the caller checked it is not tracing): the
+         * activity API needs no subscriber, so trace without one, as Kineto does when its
+         * own subscribe fails */
+        g_sess.sub = NULL;
+        store->shared = 1;
+    } else if (r != CUPTI_SUCCESS) {
         g_sess.sub = NULL;
         goto fail;
     }
     call = "cuptiActivityRegisterTimestampCallback";
-    if ((r = f->ActivityRegisterTimestampCallback(clock)) != CUPTI_SUCCESS)
-        goto fail;
+    if (g_ts_clock != clock || g_ts_fns != f || store->shared) {
+        if ((r = f->ActivityRegisterTimestampCallback(clock)) != CUPTI_SUCCESS)
+            goto fail;
+        g_ts_clock = clock;
+        g_ts_fns = f;
+    }
     store->tid_type = -1;
     if (f->GetThreadIdType && f->SetThreadIdType &&
         f->GetThreadIdType(&g_sess.tid_prev) == CUPTI_SUCCESS) {

@@ -7,9 +7,17 @@
  * (API calls first on ties, so a sync follows its call); merge them with the CPU spans by
  * start (CPU first on ties, so a parent precedes its children); renumber parents and the
  * attributes whose values are span ids ("fwd_op", "api").
+ *
+ * Kernel names: CUPTI reports the mangled symbol (_ZN2at6native...); torch.profiler and
+ * people read the demangled one, so each distinct kernel name is demangled once, here, with
+ * the C++ runtime's __cxa_demangle when the process has one (torch brings libstdc++; found by
+ * dlsym, so the core does not link C++).  Without it, or when demangling fails, the name stays
+ * as CUPTI gave it.
  */
 #include "gpu_merge.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,7 +176,48 @@ typedef struct ctx {
     uint32_t region_thread;   /* its track (0 when none) */
     int64_t unattributed;     /* GPU records parented to the region for want of a span */
     int64_t no_time;          /* records CUPTI could not time: not added */
+    uint32_t *kname;          /* store name id -> trace string id + 1 of a kernel's name, 0 =
+                               * not yet (owned; one entry per store name) */
+    uint64_t win_lo, win_hi;  /* first CPU start, last CPU end (ns); win_hi 0: no CPU span */
+    int64_t bad_clock;        /* records far outside that window: not added (see BAD_CLOCK_NS) */
 } ctx;
+
+/* A GPU record that starts more than this before the first CPU span or after the last one is
+ * on another clock (a CUPTI timestamp-callback mix-up: ~1e14 ns off), not late work: at stop
+ * the device is synchronised before the region ends.  Counted in "gpu.bad_clock", not added. */
+#define BAD_CLOCK_NS 60000000000ull
+
+typedef char *(*demangle_fn)(const char *mangled, char *buf, size_t *n, int *status);
+static demangle_fn g_demangle;             /* set once by find_demangler */
+static pthread_once_t g_demangle_once = PTHREAD_ONCE_INIT;
+
+static void find_demangler(void)
+{
+    void *sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    memcpy(&g_demangle, &sym, sizeof g_demangle);   /* object -> function pointer, as POSIX */
+}
+
+/* The trace string id of a kernel's name, demangled (see the top of the file); NONE on
+ * allocation failure. */
+static uint32_t kernel_name(ctx *c, const xsp_gpu_rec *r, const char *raw)
+{
+    if (c->kname && r->name < c->s->names.n && c->kname[r->name])
+        return c->kname[r->name] - 1;
+    pthread_once(&g_demangle_once, find_demangler);
+    uint32_t id = NONE;
+    if (g_demangle && raw[0] == '_' && raw[1] == 'Z') {
+        int status = -1;
+        char *d = g_demangle(raw, NULL, NULL, &status);
+        if (d && status == 0)
+            id = intern(c->t, d);
+        free(d);
+    }
+    if (id == NONE)
+        id = intern(c->t, raw);
+    if (id != NONE && c->kname && r->name < c->s->names.n)
+        c->kname[r->name] = id + 1;
+    return id;
+}
 
 /* The parent span (CPU id) of work with this correlation id: the span pushed on the calling
  * thread, else the region (counted). */
@@ -201,12 +250,18 @@ static int make_pending(ctx *c, pending *pd, uint32_t *np, const u32map *api, co
         memset(q, 0, sizeof *q);
         q->start = xsp_clock_to_ns(c->map, r->start_ns);
         q->end = xsp_clock_to_ns(c->map, r->end_ns < r->start_ns ? r->start_ns : r->end_ns);
+        if (c->win_hi && (q->start + BAD_CLOCK_NS < c->win_lo
+                          || q->start > c->win_hi + BAD_CLOCK_NS)) {
+            c->bad_clock++;
+            continue;
+        }
         q->rec = i;
         q->kind = r->kind;
         q->api = NONE;
         q->rank = (r->kind == XSP_KIND_RUNTIME || r->kind == XSP_KIND_DRIVER) ? 0 : 1;
         const char *nm = xsp_gpu_rec_name(s, r);
-        q->name = intern(t, nm ? nm : "?");
+        q->name = r->kind == XSP_KIND_KERNEL && nm ? kernel_name(c, r, nm)
+                                                   : intern(t, nm ? nm : "?");
         if (q->name == NONE)
             return -1;
         uint32_t a = map_get(api, r->correlation_id);   /* store index of the API call */
@@ -282,7 +337,13 @@ int xsp_gpu_merge(xsp_trace *t, xsp_resolve_fn resolve, void *rctx, const xsp_cl
                   void *arg)
 {
     const xsp_gpu_store *s = arg;
-    ctx c = {t, s, resolve, rctx, map, NONE, 0, 0, 0};
+    ctx c = {t, s, resolve, rctx, map, NONE, 0, 0, 0, NULL, 0, 0, 0};
+    if (t->n_spans) {
+        c.win_lo = t->spans[0].start_ns;
+        for (uint32_t i = 0; i < t->n_spans; i++)
+            c.win_hi = t->spans[i].end_ns > c.win_hi ? t->spans[i].end_ns : c.win_hi;
+    }
+    c.kname = calloc((size_t)s->names.n + 1, sizeof *c.kname);   /* NULL: no cache, still right */
     for (uint32_t i = 0; i < t->n_spans && c.region == NONE; i++)
         if (t->spans[i].kind == XSP_KIND_REGION) {
             c.region = i;
@@ -407,7 +468,10 @@ int xsp_gpu_merge(xsp_trace *t, xsp_resolve_fn resolve, void *rctx, const xsp_cl
         || xsp_trace_add_counter(t, "gpu.bad_buffers", (int64_t)s->bad_buffers)
         || xsp_trace_add_counter(t, "gpu.no_time", c.no_time)
         || xsp_trace_add_counter(t, "gpu.unattributed", c.unattributed)
-        || xsp_trace_add_counter(t, "gpu.clamped", clamped))
+        || xsp_trace_add_counter(t, "gpu.clamped", clamped)
+        || xsp_trace_add_counter(t, "gpu.incomplete", (int64_t)s->incomplete)
+        || xsp_trace_add_counter(t, "gpu.bad_clock", c.bad_clock)
+        || (s->shared && xsp_trace_set_meta_int(t, "cupti_shared", 1)))
         goto out;
     int64_t unknown = 0;
     for (uint32_t u = 0; u < XSP_GPU_KIND_SLOTS; u++)
@@ -434,5 +498,6 @@ out:
     free(attrs);
     map_free(&api);
     map_free(&ext);
+    free(c.kname);
     return rc;
 }

@@ -38,15 +38,15 @@ static xsp_core_state *xsp_state(PyObject *mod)
 static PyObject *core_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"max_bytes", "pool_bytes", "adopt_roots", "gpu", "gpu_max_bytes",
-                             NULL};
+                             "gpu_share", NULL};
     unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
-    int adopt = 1, gpu = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKppK:start", kwlist, &max_bytes, &pool_bytes,
-                                     &adopt, &gpu, &gpu_max))
+    int adopt = 1, gpu = 0, share = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKppKp:start", kwlist, &max_bytes, &pool_bytes,
+                                     &adopt, &gpu, &gpu_max, &share))
         return NULL;
     xsp_config cfg = {.max_bytes = max_bytes, .pool_bytes = pool_bytes, .adopt_roots = adopt};
     char err[1024];
-    int rc = gpu ? xsp_pygpu_session_start(&cfg, gpu_max, err, sizeof err)
+    int rc = gpu ? xsp_pygpu_session_start(&cfg, gpu_max, share, err, sizeof err)
                  : xsp_session_start(&cfg, err, sizeof err);
     if (rc != 0)   /* -1 from the G path: CUPTI; else the core session itself */
         return PyErr_Format(gpu && rc == -1 ? xsp_state(mod)->gpu_error : PyExc_RuntimeError,
@@ -527,7 +527,9 @@ static PyObject *core_build(PyObject *mod, PyObject *args)
 
 static PyMethodDef core_methods[] = {
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
-     "start(max_bytes=0, pool_bytes=0, adopt_roots=True, gpu=False, gpu_max_bytes=0)"},
+     "start(max_bytes=0, pool_bytes=0, adopt_roots=True, gpu=False, gpu_max_bytes=0, "
+     "gpu_share=False)\n\ngpu_share: trace without CUPTI's subscription when another client "
+     "holds it idle (the caller has checked that it is not tracing)."},
     {"stop", core_stop, METH_NOARGS, "stop() -> TraceData: stop recording and merge."},
     {"gpu_info", core_gpu_info, METH_NOARGS, "gpu_info() -> dict(built, reason, library)"},
     {"gpu_open", core_gpu_open, METH_O, "gpu_open(dirs) -> path of the libcupti loaded"},

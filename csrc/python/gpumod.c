@@ -29,8 +29,8 @@ int xsp_pygpu_open(const char *const *dirs, size_t n, char *err, size_t errlen)
     return xsp_cupti_open(dirs, n, err, errlen);
 }
 
-int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *err,
-                            size_t errlen)
+int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, int share_ok,
+                            char *err, size_t errlen)
 {
     if (!xsp_cupti()) {
         snprintf(err, errlen, "libcupti is not loaded");
@@ -49,6 +49,8 @@ int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *
         return -2;
     }
     g_store = xsp_gpu_store_new(gpu_max_bytes);
+    if (g_store)
+        g_store->share_ok = share_ok;
     if (!g_store || xsp_gpu_start(g_store, xsp_rec_now, err, errlen) != 0) {
         if (!g_store)
             snprintf(err, errlen, "out of memory for the GPU record store");
@@ -121,11 +123,12 @@ int xsp_pygpu_open(const char *const *dirs, size_t n, char *err, size_t errlen)
     return -1;
 }
 
-int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *err,
-                            size_t errlen)
+int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, int share_ok,
+                            char *err, size_t errlen)
 {
     (void)core_cfg;
     (void)gpu_max_bytes;
+    (void)share_ok;
     snprintf(err, errlen, "%s", NOT_BUILT);
     return -1;
 }

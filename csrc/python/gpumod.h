@@ -20,9 +20,10 @@ int xsp_pygpu_open(const char *const *dirs, size_t n, char *err, size_t errlen);
 
 /* Starts a recording session with G: installs the span hooks, starts the core, then CUPTI.
  * Returns 0; -1 with a message in err when CUPTI (G) cannot start; -2 when the core session
- * cannot (already active, no memory).  On failure nothing is left running or installed. */
-int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, char *err,
-                            size_t errlen);
+ * cannot (already active, no memory).  On failure nothing is left running or installed.
+ * share_ok: see xsp_gpu_store.share_ok (the caller has checked the other client is idle). */
+int xsp_pygpu_session_start(const void *core_cfg, uint64_t gpu_max_bytes, int share_ok,
+                            char *err, size_t errlen);
 
 /* 1 while a session started by xsp_pygpu_session_start records. Cannot fail. */
 int xsp_pygpu_active(void);

@@ -372,6 +372,33 @@ static void test_decode_copies(void)
     free(c);
 }
 
+/* A kernel launch the driver makes outside any public API call has its own kind (48), with
+ * the API record layout: decoded as a driver call, so its kernel has a launch and an op. */
+static void test_decode_internal_launch(void)
+{
+    cbuf *c = calloc(1, sizeof *c);
+    CUpti_ActivityAPI *a = PUT(c, CUpti_ActivityAPI);
+    a->kind = CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API;
+    a->cbid = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
+    a->start = 700;
+    a->end = 705;
+    a->threadId = 42;
+    a->correlationId = 81;
+    int rc;
+    xsp_gpu_store *s = decode_new(c, c->n, &rc);
+    CHECK_EQ_U(rc, 0);
+    CHECK_EQ_U(s->n_recs, 1);
+    CHECK_EQ_U(s->recs[0].kind, XSP_KIND_DRIVER);
+    CHECK_EQ_U(s->recs[0].start_ns, 700);
+    CHECK_EQ_U(s->recs[0].end_ns, 705);
+    CHECK_EQ_U(s->recs[0].correlation_id, 81);
+    CHECK_EQ_U(s->recs[0].u.api.tid, 42);
+    CHECK(strcmp(xsp_gpu_rec_name(s, &s->recs[0]), "cuLaunchKernel") == 0);
+    CHECK_EQ_U(s->unknown_kinds[CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API], 0);
+    xsp_gpu_store_free(s);
+    free(c);
+}
+
 static void test_decode_api_sync_overhead_ext(void)
 {
     cbuf *c = calloc(1, sizeof *c);
@@ -530,14 +557,16 @@ static void test_decode_unknown_and_broken(void)
     CHECK_EQ_U(xsp_gpu_decode(s, c->b, 0), 0);
     CHECK_EQ_U(s->n_recs, 3);
     CHECK_EQ_U(s->buffers, 4);
-    /* an invalid kind ends the walk with an error; records before it are kept */
+    /* an invalid kind (CUPTI_ERROR_INVALID_KIND: "incomplete or invalid") ends the walk, counted
+     * as incomplete, not as an error; records before it are kept */
     ((CUpti_Activity *)(c->b + before_kernel))->kind = (CUpti_ActivityKind)0xFFFF;
-    CHECK(xsp_gpu_decode(s, c->b, c->n) == -1);
-    CHECK_EQ_U(s->bad_buffers, 1);
+    CHECK_EQ_U(xsp_gpu_decode(s, c->b, c->n), 0);
+    CHECK_EQ_U(s->incomplete, 1);
+    CHECK_EQ_U(s->bad_buffers, 0);
     CHECK_EQ_U(s->n_recs, 4);
     ((CUpti_Activity *)c->b)->kind = CUPTI_ACTIVITY_KIND_INVALID;
-    CHECK(xsp_gpu_decode(s, c->b, c->n) == -1);
-    CHECK_EQ_U(s->bad_buffers, 2);
+    CHECK_EQ_U(xsp_gpu_decode(s, c->b, c->n), 0);
+    CHECK_EQ_U(s->incomplete, 2);
     CHECK_EQ_U(s->n_recs, 4);
     CHECK_EQ_U(s->lost, 0);
     xsp_gpu_store_free(s);
@@ -824,7 +853,7 @@ static void test_session_fake(void)
     xsp_gpu_push(1);                                  /* not active: nothing reaches CUPTI */
     CHECK_EQ_U(g_n_pushed, 0);
     CHECK_EQ_U(xsp_gpu_start(s, test_clock, err, sizeof err), 0);
-    CHECK(strcmp(g_log, "sub ts gettid settid1 cb en5 en4 en39 en10 en1 en2 en38 en17 ") == 0);
+    CHECK(strcmp(g_log, "sub ts gettid settid1 cb en5 en4 en39 en10 en1 en2 en38 en17 en48 ") == 0);
     CHECK(g_ts == test_clock);
     CHECK_EQ_U(xsp_gpu_active(), 1);
     CHECK_EQ_U(s->tid_type, 1);
@@ -864,7 +893,7 @@ static void test_session_fake(void)
     g_dropped = 3;
     g_log[0] = '\0';
     CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
-    CHECK(strcmp(g_log, "dis17 dis38 dis2 dis1 dis10 dis39 dis4 dis5 flush1 settid0 unsub ") == 0);
+    CHECK(strcmp(g_log, "dis48 dis17 dis38 dis2 dis1 dis10 dis39 dis4 dis5 flush1 settid0 unsub ") == 0);
     CHECK_EQ_U(xsp_gpu_active(), 0);
     CHECK_EQ_U(s->n_recs, 4);                         /* the flushed buffer was decoded */
     CHECK_EQ_U(s->n_ext, 2);
@@ -895,6 +924,22 @@ static void test_session_fake(void)
     CHECK(strstr(err, "another tool such as torch.profiler or Nsight holds CUPTI") != NULL);
     CHECK(strcmp(g_log, "sub ") == 0);
     CHECK_EQ_U(xsp_gpu_active(), 0);
+    CHECK_EQ_U(s->shared, 0);
+
+    /* 2b. the same, but the caller says the other client is idle (Kineto's subscription after
+     * torch.profiler's first use): traced without the subscription, the timestamp callback put
+     * back (the other client may have replaced it), nothing to unsubscribe at stop */
+    fake_reset();
+    g_sub_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    s->share_ok = 1;
+    CHECK_EQ_U(xsp_gpu_start(s, test_clock, err, sizeof err), 0);
+    CHECK_EQ_U(s->shared, 1);
+    CHECK(strcmp(g_log, "sub ts gettid settid1 cb en5 en4 en39 en10 en1 en2 en38 en17 en48 ")
+          == 0);
+    g_log[0] = '\0';
+    CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
+    CHECK(strcmp(g_log, "dis48 dis17 dis38 dis2 dis1 dis10 dis39 dis4 dis5 flush1 settid0 ") == 0);
+    s->share_ok = 0;
 
     /* 3. an essential kind fails: what was done is undone, in reverse */
     fake_reset();
@@ -902,8 +947,8 @@ static void test_session_fake(void)
     g_fail_result = CUPTI_ERROR_NOT_COMPATIBLE;
     CHECK(xsp_gpu_start(s, test_clock, err, sizeof err) == -1);
     CHECK(strstr(err, "cuptiActivityEnable failed: CUPTI_ERROR_NOT_COMPATIBLE") != NULL);
-    CHECK(strcmp(g_log, "sub ts gettid settid1 cb en5 en4 en39 dis39 dis4 dis5 settid0 unsub ")
-          == 0);
+    /* the timestamp callback stays registered from session 1: not registered again */
+    CHECK(strcmp(g_log, "sub gettid settid1 cb en5 en4 en39 dis39 dis4 dis5 settid0 unsub ") == 0);
     CHECK_EQ_U(xsp_gpu_active(), 0);
     CHECK_EQ_U(s->clock, 0);
     b4 = (uint8_t *)1;
@@ -928,7 +973,7 @@ static void test_session_fake(void)
     CHECK_EQ_U(s->tid_type, 1);
     g_log[0] = '\0';
     CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
-    CHECK(strcmp(g_log, "dis38 dis2 dis1 dis10 dis39 dis4 dis5 flush1 unsub ") == 0);
+    CHECK(strcmp(g_log, "dis48 dis38 dis2 dis1 dis10 dis39 dis4 dis5 flush1 unsub ") == 0);
 
     /* 6. the pool declines past XSP_GPU_POOL_MAX buffers; CUPTI then drops records */
     fake_reset();
@@ -964,6 +1009,7 @@ int main(void)
     test_decode_graph();
     test_decode_copies();
     test_decode_api_sync_overhead_ext();
+    test_decode_internal_launch();
     test_decode_unknown_and_broken();
     test_decode_cap();
     test_decode_threads();

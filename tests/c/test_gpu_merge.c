@@ -127,7 +127,8 @@ int main(void)
     /* aten::add: a graph launch (corr 12) replaying two kernels, listed before their call */
     r = add_rec(s, XSP_KIND_KERNEL, "graph_k1", 1400, 1410, 12);
     r->device = 0; r->stream = 7; r->u.kernel.graph_id = 3; r->u.kernel.graph_node = 30;
-    r = add_rec(s, XSP_KIND_KERNEL, "graph_k2", 1420, 1430, 12);
+    /* a mangled kernel name (as CUPTI reports them): demangled, once per distinct name */
+    r = add_rec(s, XSP_KIND_KERNEL, "_Z8graph_k2Pfi", 1420, 1430, 12);
     r->device = 0; r->stream = 7; r->u.kernel.graph_id = 3; r->u.kernel.graph_node = 31;
     add_ext(s, ext_add, 5, 12);
     r = add_rec(s, XSP_KIND_RUNTIME, "cudaGraphLaunch", 1042, 1046, 12);
@@ -151,6 +152,9 @@ int main(void)
     add_ext(s, ext_mm ^ (1ull << 32), 5, 15);
     r = add_rec(s, XSP_KIND_RUNTIME, "cudaMemsetAsync", 1074, 1075, 15);
     r->u.api.tid = tid;
+    /* one on another clock (a timestamp-callback mix-up: ~1e14 ns off): counted, not added */
+    r = add_rec(s, XSP_KIND_KERNEL, "offclock", 100000000000000ull, 100000000000100ull, 10);
+    r->device = 0; r->stream = 7;
     /* one CUPTI could not time */
     r = add_rec(s, XSP_KIND_MEMSET, "Memset", 0, 0, 14);
     r->flags = XSP_GPU_F_NO_TIME;
@@ -164,12 +168,14 @@ int main(void)
     if (!t)
         return CHECK_DONE();
     CHECK(xsp_trace_check(t, err, sizeof err) == 0);
-    CHECK_EQ_U(t->n_spans, 4 + 11);   /* 12 GPU records, one untimed */
+    CHECK_EQ_U(t->n_spans, 4 + 11);   /* 13 GPU records, one untimed, one on another clock */
+    CHECK_EQ_U(xsp_trace_counter(t, "gpu.bad_clock"), 1);
+    CHECK_EQ_U(find(t, "offclock", 0), UINT32_MAX);
     uint32_t region = find(t, "region", 0), mm = find(t, "aten::mm", 0),
              add = find(t, "aten::add", 0), bwd = find(t, "MmBackward0", 0),
              launch = find(t, "cudaLaunchKernel", 0), gemm = find(t, "gemm_kernel", 0),
              glaunch = find(t, "cudaGraphLaunch", 0), k1 = find(t, "graph_k1", 0),
-             k2 = find(t, "graph_k2", 0), cpy_api = find(t, "cuMemcpyHtoDAsync", 0),
+             k2 = find(t, "graph_k2(float*, int)", 0), cpy_api = find(t, "cuMemcpyHtoDAsync", 0),
              cpy = find(t, "Memcpy HtoD", 0), sync_api = find(t, "cudaStreamSynchronize", 0),
              sync = find(t, "Stream Synchronize", 0), orphan = find(t, "orphan", 0);
     CHECK_EQ_U(region, 0);
@@ -213,7 +219,7 @@ int main(void)
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.unattributed"), 2);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.no_time"), 1);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.dropped"), 2);
-    CHECK_EQ_U(xsp_trace_counter(t, "gpu.records"), 12);
+    CHECK_EQ_U(xsp_trace_counter(t, "gpu.records"), 13);
     CHECK_EQ_U(xsp_trace_counter(t, "gpu.clamped"), 0);
     /* ids grow with start time and every parent precedes its child */
     for (uint32_t i = 1; i < t->n_spans; i++)

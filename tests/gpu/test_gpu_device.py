@@ -65,7 +65,8 @@ def test_mlg_tree_matches_torch_profiler(name, mode):
     tr = prof.trace
     check_tree(tr, nesting=False)
     c = tr.counters
-    print({k: v for k, v in c.items() if k.startswith("gpu.")})
+    print({k: v for k, v in c.items() if k.startswith("gpu.")}, "cupti_shared:",
+          tr.meta.get("cupti_shared", 0))
     assert c["gpu.dropped"] == 0 and c["gpu.lost"] == 0 and c["gpu.bad_buffers"] == 0
     assert c["lost.cap"] == 0
     kernels = tr.spans(kind="kernel")
@@ -79,6 +80,7 @@ def test_mlg_tree_matches_torch_profiler(name, mode):
         anc = k.ancestors()
         kinds = [a.kind for a in anc]
         assert "op" in kinds or "backward" in kinds, (k, anc)
+        assert "api" in k.attrs, ("kernel without its launch", k, k.attrs)
         api = tr[k.attrs["api"]]
         assert api.kind in ("runtime", "driver") and api.parent == k.parent
         assert k.start_ns >= api.start_ns, (k, api)
