@@ -324,6 +324,10 @@ static const char *overhead_name(uint32_t k)
  * CUpti_ActivityOverhead); it is read only from a CUPTI whose layout we checked (13.0). */
 static void dec_overhead(xsp_gpu_store *s, const CUpti_ActivityOverhead3 *o, uint32_t version)
 {
+    /* CUPTI 13's Overhead3 may carry details "the client is responsible for freeing with
+     * free()" (cupti_activity.h); we do not read them.  Older records end before the field. */
+    if (version >= 130000)
+        free(o->overheadData);
     xsp_gpu_rec *r = new_rec(s, XSP_KIND_OVERHEAD, o->start, o->end,
                              version >= 130000 ? o->correlationId : 0, XSP_GPU_NONE,
                              XSP_GPU_NONE, XSP_GPU_NONE);
