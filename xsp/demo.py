@@ -70,10 +70,11 @@ def main(argv=None):
     if args.repeat:
         # XSP's leveled measurement: each level's latency from the shallowest run that sees
         # it, and what every deeper level added to the levels above
-        print("\n== leveled measurement of the forward pass (xsp.measure, levels %s)" % levels)
+        print("\n== leveled measurement of the forward pass (xsp.measure, levels %s, 3 "
+              "interleaved rounds)" % levels)
         with torch.no_grad():
             m = xsp.measure(lambda: model(x), levels=levels, warmup=2, repeat=args.repeat,
-                            batch_size=args.batch, progress=False)
+                            rounds=3, batch_size=args.batch, progress=False)
         ov = m.overhead
         for r in ov.itertuples(index=False):
             print("  level %s in run %-3s  %12.1f us  (+%.1f us, %+.1f %%)" % (

@@ -125,8 +125,8 @@ class Measurement:
     """The result of xsp.measure: leveled latencies over the structure of the deepest run.
 
     levels: the levels measured ("M", "ML" or "MLG"); runs: the runs made, shallowest first;
-    traces: {run: Trace}; trace: the deepest run's trace; warmup, repeat, trim, batch_size: as
-    given.  span_table(): one row per span of one iteration of the deepest run with leveled
+    traces: {run: Trace} (the first round's); all_traces: {run: [Trace per round]}; trace: the
+    deepest run's (first round); warmup, repeat, rounds, trim, batch_size: as given.  span_table(): one row per span of one iteration of the deepest run with leveled
     latencies (see docs/analyses.md); overhead: what each deeper run added to each level;
     latency_ns: the model latency (trimmed mean of the iteration latency in the M run);
     unmatched: {run: spans of that run found nowhere in the deepest run's structure}.
@@ -134,29 +134,43 @@ class Measurement:
     """
 
     def __init__(self, levels, traces, warmup, repeat, trim, batch_size, skip=1):
+        """traces: {run: Trace} or {run: [Trace per round]} (interleaved rounds)."""
         self.levels = levels
         self.runs = tuple(traces)
-        self.traces = dict(traces)
-        self.trace = traces[self.runs[-1]]
+        self.all_traces = {r: list(t) if isinstance(t, (list, tuple)) else [t]
+                           for r, t in traces.items()}
+        self.rounds = len(self.all_traces[self.runs[0]])
+        self.traces = {r: ts[0] for r, ts in self.all_traces.items()}
+        self.trace = self.traces[self.runs[-1]]
         self.warmup = warmup
         self.repeat = repeat
         self.trim = trim
         self.batch_size = batch_size
         self._intern = {}
-        self.skip = skip    # priming steps at the start of each run, left out
-        self._keys = {r: _span_keys(t, self._intern, skip) for r, t in self.traces.items()}
+        self.skip = skip    # priming steps at the start of each session, left out
+        # per run, per round: (iteration, key) arrays; iterations of round k are numbered
+        # from k * repeat, so the rounds pool into one sample per iteration
+        self._keys = {}
+        for r, ts in self.all_traces.items():
+            self._keys[r] = []
+            for k, t in enumerate(ts):
+                it, key = _span_keys(t, self._intern, skip)
+                it = np.where(it >= 0, it + k * repeat, it)
+                self._keys[r].append((it, key))
         self._table = None
         self._overhead = None
-        deep_keys = set(self._keys[self.runs[-1]][1].tolist())
-        self.unmatched = {r: int(sum(1 for k in self._keys[r][1].tolist()
+        deep_keys = set(self._keys[self.runs[-1]][0][1].tolist())
+        self.unmatched = {r: int(sum(1 for _, key in self._keys[r] for k in key.tolist()
                                      if k > 0 and k not in deep_keys)) for r in self.runs}
 
     def _samples(self, run):
-        """{key id: array of durations, one per iteration where the key occurs}."""
-        it, key = self._keys[run]
-        t = self.traces[run]
-        ok = key >= 0
-        df = pd.DataFrame({"key": key[ok], "dur": t.duration_ns[ok]})
+        """{key id: array of durations, one per iteration where the key occurs (all rounds)}."""
+        keys, durs = [], []
+        for (it, key), t in zip(self._keys[run], self.all_traces[run]):
+            ok = key >= 0
+            keys.append(key[ok])
+            durs.append(t.duration_ns[ok])
+        df = pd.DataFrame({"key": np.concatenate(keys), "dur": np.concatenate(durs)})
         return {k: g.to_numpy() for k, g in df.groupby("key")["dur"]}
 
     def span_table(self):
@@ -170,7 +184,7 @@ class Measurement:
         if self._table is not None:
             return self._table.copy()
         deep = self.runs[-1]
-        it, key = self._keys[deep]
+        it, key = self._keys[deep][0]
         sel = np.nonzero((it == 0) & (key >= 0))[0]
         full = self.trace.to_pandas()
         df = full.iloc[sel].reset_index(drop=True)
@@ -247,22 +261,23 @@ class Measurement:
         for li, lv in enumerate(self.levels):
             base = None
             for r in self.runs[li:]:
-                t = self.traces[r]
-                it, _ = self._keys[r]
-                lvl = t._level
-                kinds = np.array(KINDS, dtype=object)[t._kind]
-                par = t.parent_ids
-                if lv == "M":
-                    sel = kinds == "step"
-                elif lv == "L":
-                    sel = lvl == 1
-                    has_p = par >= 0
-                    sel[has_p] &= lvl[par[has_p]] != 1
-                else:
-                    sel = np.isin(kinds, GPU_WORK)
-                sel &= it >= 0
-                per_it = np.bincount(it[sel], weights=t.duration_ns[sel].astype(np.float64),
-                                     minlength=self.repeat)[:self.repeat]
+                n_it = self.repeat * self.rounds
+                per_it = np.zeros(n_it)
+                for (it, _), t in zip(self._keys[r], self.all_traces[r]):
+                    lvl = t._level
+                    kinds = np.array(KINDS, dtype=object)[t._kind]
+                    par = t.parent_ids
+                    if lv == "M":
+                        sel = kinds == "step"
+                    elif lv == "L":
+                        sel = lvl == 1
+                        has_p = par >= 0
+                        sel[has_p] &= lvl[par[has_p]] != 1
+                    else:
+                        sel = np.isin(kinds, GPU_WORK)
+                    sel &= it >= 0
+                    per_it += np.bincount(it[sel], weights=t.duration_ns[sel].astype(np.float64),
+                                          minlength=n_it)[:n_it]
                 mean, std, _, _, _ = trimmed_stats(per_it, self.trim)
                 if base is None:
                     base = mean
@@ -328,12 +343,15 @@ def _cuda_sync():
     return None
 
 
-def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None, sync=None,
-            gpu_fallback=False, progress=True, name="xsp.measure", **profile_kwargs):
+def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_size=None,
+            sync=None, gpu_fallback=False, progress=True, name="xsp.measure", **profile_kwargs):
     """Leveled measurement of fn() (called with no arguments), see the module docstring.
 
     levels: "M", "ML" or "MLG" (any case): the runs are its prefixes.  warmup: unprofiled calls
-    first.  repeat: calls per run, one step (iteration) each.  trim: fraction of samples dropped
+    first.  repeat: calls per run, one step (iteration) each.  rounds: the sequence of runs is
+    made this many times, interleaved (M, ML, MLG, M, ML, MLG, ...), and the samples of a run
+    pooled: drift of the machine over time (frequency, caches, neighbours) then weighs on every
+    level alike instead of on the later runs.  trim: fraction of samples dropped
     at each end for the trimmed mean.  batch_size: for throughput.  sync: call
     torch.cuda.synchronize() at the end of every call (default: when torch has initialised
     CUDA by the end of the warm-up), so that a call's latency includes its GPU work.
@@ -342,6 +360,8 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None,
     go to xsp.profile (max_memory, record_shapes, ...).  Returns a Measurement.
     """
     lv = _check_args(levels, warmup, repeat, trim, batch_size)
+    if not isinstance(rounds, (int, np.integer)) or isinstance(rounds, bool) or rounds < 1:
+        raise ValueError("rounds must be an int >= 1, not %r" % (rounds,))
     if not callable(fn):
         raise TypeError("measure(fn): fn must be callable with no arguments, not %s"
                         % type(fn).__name__)
@@ -359,15 +379,15 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None,
                           stacklevel=2)
             lv = "ML"
     runs = [r for r in RUN_ORDER if len(r) <= len(lv)]
-    bar = _Progress(warmup + (repeat + 1) * len(runs), progress)
-    traces = {}
+    bar = _Progress(warmup + (repeat + 1) * len(runs) * rounds, progress)
+    traces = {r: [] for r in runs}
     try:
         for _ in range(warmup):
             fn()
             bar.advance("warm-up")
         sync_fn = (_cuda_sync() if sync is None else
                    (_cuda_sync() or (lambda: None)) if sync else None)
-        for r in runs:
+        for r in [r for _ in range(rounds) for r in runs]:
             with profile(levels=r, name=name, **profile_kwargs) as prof:
                 # one priming call first, left out of the statistics: a session's first call
                 # pays one-off costs (module names mapped, names interned)
@@ -377,7 +397,7 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, trim=0.1, batch_size=None,
                         sync_fn()
                     prof.step()
                     bar.advance("run %s%s" % (r, " (priming)" if i == 0 else ""))
-            traces[r] = prof.trace
+            traces[r].append(prof.trace)
             steps = int((prof.trace._kind == KINDS.index("step")).sum())
             if steps != repeat + 1:
                 from .errors import ProfilerError

@@ -68,8 +68,10 @@ class _Summary:
             m = self.measurement
             lines = [self.title, "levels %s, %d spans per iteration (run %s: %d spans in all)"
                      % (self.levels, len(self.src.df), m.runs[-1], self.n_spans)]
-            lines.append("leveled measurement: runs %s, %d warm-up, %d repeat (+%d priming), "
-                         "trim %g" % (" / ".join(m.runs), m.warmup, m.repeat, m.skip, m.trim))
+            lines.append("leveled measurement: runs %s, %d warm-up, %d repeat (+%d priming)%s, "
+                         "trim %g" % (" / ".join(m.runs), m.warmup, m.repeat, m.skip,
+                                      " x %d interleaved rounds" % m.rounds
+                                      if m.rounds > 1 else "", m.trim))
             ov = m.overhead.iloc[0]
             s = "model latency %s (trimmed mean; std %s)" % (fmt_ns(ov["latency_ns"]),
                                                             fmt_ns(ov["std_ns"]))

@@ -135,6 +135,28 @@ def test_positional_matching_with_repeated_modules(fake_clock, one_thread):
     assert ticks["latency_ns"].tolist() == [4 * STEP, 2 * STEP]
 
 
+def test_interleaved_rounds_pool_their_samples(fake_clock, one_thread):
+    # sessions in the order M, ML, M, ML; each: a priming call (9 ticks), then 2 calls
+    tick = Tick([9, 1, 2, 9, 1, 1, 9, 3, 4, 9, 1, 1])
+    model = nn.Sequential(tick)
+    x = torch.ones(1)
+    fake_clock(5_000_000, STEP)
+    m = xsp.measure(lambda: model(x), levels="ML", warmup=0, repeat=2, rounds=2, trim=0.25,
+                    progress=False)
+    assert m.rounds == 2 and [len(m.all_traces[r]) for r in m.runs] == [2, 2]
+    assert m.traces["M"] is m.all_traces["M"][0] and m.trace is m.all_traces["ML"][0]
+    row = m.span_table().query("kind == 'model'").iloc[0]
+    # run M's model: 1 + k ticks for k = 1, 2 (round 1) and 3, 4 (round 2): 2, 3, 4, 5 steps;
+    # trimmed (one off each end): 3.5 steps
+    assert row["samples"] == 4 and row["latency_ns"] == 3.5 * STEP
+    assert (row["min_ns"], row["max_ns"]) == (2 * STEP, 5 * STEP)
+    ov = m.overhead
+    assert ov.loc[0, "latency_ns"] == (3.5 + 2) * STEP       # the step: model + 2 reads
+    assert m.unmatched == {"M": 0, "ML": 0}
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        xsp.measure(lambda: None, levels="M", rounds=0)
+
+
 def test_record_function_around_the_model_keeps_the_m_latency(fake_clock, one_thread):
     """An L span (a record_function scope) around the model call exists in run ML only: the
     model span is keyed by its M ancestors, so its latency still comes from run M."""
