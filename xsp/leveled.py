@@ -121,6 +121,19 @@ def _span_keys(trace, intern, skip=0):
     return it, key
 
 
+def _has_ancestor(parent, mask):
+    """For each span, whether any ancestor satisfies mask (pointer jumping, one pass per level
+    of nesting)."""
+    out = np.zeros(len(parent), dtype=bool)
+    cur = parent.copy()
+    live = cur >= 0
+    while live.any():
+        out[live] |= mask[cur[live]]
+        cur[live] = parent[cur[live]]
+        live = cur >= 0
+    return out
+
+
 class Measurement:
     """The result of xsp.measure: leveled latencies over the structure of the deepest run.
 
@@ -159,7 +172,7 @@ class Measurement:
                 self._keys[r].append((it, key))
         self._table = None
         self._overhead = None
-        deep_keys = set(self._keys[self.runs[-1]][0][1].tolist())
+        deep_keys = set(k for _, key in self._keys[self.runs[-1]] for k in key.tolist())
         self.unmatched = {r: int(sum(1 for _, key in self._keys[r] for k in key.tolist()
                                      if k > 0 and k not in deep_keys)) for r in self.runs}
 
@@ -270,9 +283,9 @@ class Measurement:
                     if lv == "M":
                         sel = kinds == "step"
                     elif lv == "L":
-                        sel = lvl == 1
-                        has_p = par >= 0
-                        sel[has_p] &= lvl[par[has_p]] != 1
+                        # L spans with no L span anywhere above them (a record_function scope
+                        # around the model call encloses the model's modules: counted once)
+                        sel = (lvl == 1) & ~_has_ancestor(par, lvl == 1)
                     else:
                         sel = np.isin(kinds, GPU_WORK)
                     sel &= it >= 0

@@ -77,6 +77,8 @@ class _ModuleCalls:
         self._errors = 0            # exceptions caught inside the Python bookkeeping
         self._c = None              # the C wrapper (_core.ModuleCall) when it is used
         self._roots = {}            # thread ident -> its current top-level module (C wrapper)
+        self._c_keep = {}           # id -> every names map handed to the C wrapper, kept alive
+                                    # for the session (it holds them borrowed)
         self.thread_names = {}      # native thread id -> Python thread name
 
     @property
@@ -167,12 +169,15 @@ class _ModuleCalls:
         state = [0, {}, None]
         key = self._top_key(module, state)
         self._roots[threading.get_ident()] = module
+        self._c_keep.setdefault(id(state[1]), state[1])
         return key, state[1]
 
     def _c_name_of(self, module):
         """A module missing from the map: (its name, the map rebuilt)."""
         state = [1, {}, self._roots.get(threading.get_ident())]
-        return self._name_of(module, state), state[1]
+        name = self._name_of(module, state)
+        self._c_keep.setdefault(id(state[1]), state[1])
+        return name, state[1]
 
     def _top_key(self, module, state):
         """A top-level call: maps the model's module names, begins its span (model, or module

@@ -57,6 +57,12 @@ class _Summary:
         trace = self.measurement.trace if self.measurement is not None else \
             (source if hasattr(source, "counters") else None)
         self.counters = dict(trace.counters) if trace is not None else {}
+        if self.measurement is not None:      # what any session of the measurement lost
+            self.counters = {}
+            for ts in self.measurement.all_traces.values():
+                for t in ts:
+                    for k, v in t.counters.items():
+                        self.counters[k] = self.counters.get(k, 0) + v
         self.n_spans = len(trace) if trace is not None else len(self.src.df)
 
     def headline(self):

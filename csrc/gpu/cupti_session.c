@@ -427,6 +427,8 @@ int xsp_gpu_finalize(char *err, size_t errlen)
         snprintf(err, errlen, "xsp_gpu_finalize: %s has no cuptiFinalize", f->path);
     else {
         atomic_fetch_add(&g_epoch, 1);
+        g_ts_clock = NULL;          /* cuptiFinalize drops the timestamp callback too */
+        g_ts_fns = NULL;
         CUptiResult r = f->Finalize();
         if (r != CUPTI_SUCCESS)
             set_error(err, errlen, "cuptiFinalize", r);

@@ -17,9 +17,10 @@
  * call goes on without a span: bookkeeping never changes what the model does or raises.
  *
  * The state belongs to one wrapper (its serial): a thread's first call through a newer wrapper
- * resets it.  The thread-local names map is a strong reference to a dict of ints and strs (no
- * module is kept alive by it); the last one of a thread lives until that thread calls through
- * a newer wrapper.
+ * resets it, and a call that began under an older wrapper does not touch the newer state when
+ * it returns.  The names map is borrowed: the Python side keeps every map it hands out alive
+ * for the session, so a thread that exits leaks nothing.  A helper's Exception is counted; a
+ * KeyboardInterrupt or SystemExit raised in one propagates, before the forward runs.
  *
  * The wrapper's begin and end pair up in its own C frame, so an exception from the forward
  * (KeyboardInterrupt included) still ends the span.  `on` turns it into a plain forwarder once
@@ -53,52 +54,68 @@ static _Atomic uint64_t next_serial = 1;    /* serials of ModuleCall objects */
 /* Per-thread state, written only by its thread. */
 static _Thread_local uint64_t tls_serial;   /* serial of the wrapper it belongs to, 0 = none */
 static _Thread_local long tls_depth;        /* open module calls through that wrapper */
-static _Thread_local PyObject *tls_names;   /* names map of the current top-level call */
+static _Thread_local PyObject *tls_names;   /* names map of the current top-level call:
+                                             * borrowed, kept alive by the Python side for the
+                                             * wrapper's session; read only while tls_serial
+                                             * is the calling wrapper's */
 
 uint64_t xsp_py_new_key(void)
 {
     return (1ull << 63) | atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed);
 }
 
-static void count_error(xsp_ModuleCallObject *self)
+/* A helper failed: an Exception is counted and cleared (bookkeeping never changes what the
+ * model does); anything else (KeyboardInterrupt, SystemExit) is left set and *stop becomes 1,
+ * so the call raises it before the forward runs, as the Python wrapper did. */
+static void count_error(xsp_ModuleCallObject *self, int *stop)
 {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        *stop = 1;
+        return;
+    }
     PyErr_Clear();
     atomic_fetch_add_explicit(&self->errors, 1, memory_order_relaxed);
 }
 
-/* Takes a (x, dict) pair returned by a Python helper: stores the dict as the thread's names
- * map and returns x (borrowed from the pair, which the caller releases), or NULL (counted). */
-static PyObject *take_pair(xsp_ModuleCallObject *self, PyObject *pair)
+/* Takes a (x, dict) pair returned by a Python helper: makes the dict the thread's names map
+ * and returns x (borrowed from the pair, which the caller releases), or NULL (counted; the map
+ * is then emptied, as the Python wrapper did). */
+static PyObject *take_pair(xsp_ModuleCallObject *self, PyObject *pair, int *stop)
 {
     if (pair == NULL || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
         || !PyDict_Check(PyTuple_GET_ITEM(pair, 1))) {
-        count_error(self);
+        count_error(self, stop);
+        tls_names = NULL;
         return NULL;
     }
-    Py_XSETREF(tls_names, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
+    tls_names = PyTuple_GET_ITEM(pair, 1);   /* borrowed: the Python side keeps every map it
+                                              * hands out alive for the session (_c_keep) */
     return PyTuple_GET_ITEM(pair, 0);
 }
 
-/* Begins the span of a call (returns its key, or 0 for none). */
-static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module)
+/* Begins the span of a call (returns its key, or 0 for none).  *stop = 1: an exception that
+ * is not an Exception is set; the call must raise it. */
+static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module, int *stop)
 {
     if (tls_serial != self->serial) {       /* this thread's first call through this wrapper */
-        Py_CLEAR(tls_names);
+        tls_names = NULL;
         tls_depth = 0;
         tls_serial = self->serial;
         PyObject *r = PyObject_CallNoArgs(self->new_thread);
         if (r == NULL)
-            count_error(self);
+            count_error(self, stop);
         Py_XDECREF(r);
+        if (*stop)
+            return 0;
     }
     if (tls_depth == 0) {                   /* a top-level (model) call: Python maps names */
         PyObject *pair = PyObject_CallOneArg(self->top, module);
-        PyObject *k = take_pair(self, pair);
+        PyObject *k = take_pair(self, pair, stop);
         uint64_t key = 0;
         if (k != NULL && k != Py_None) {
             key = PyLong_AsUnsignedLongLong(k);
             if (key == (uint64_t)-1 && PyErr_Occurred()) {
-                count_error(self);
+                count_error(self, stop);
                 key = 0;
             }
         }
@@ -109,7 +126,7 @@ static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module)
         return 0;
     PyObject *id = PyLong_FromVoidPtr(module);
     if (id == NULL) {
-        count_error(self);
+        count_error(self, stop);
         return 0;
     }
     PyObject *name = tls_names ? PyDict_GetItemWithError(tls_names, id) : NULL;  /* borrowed */
@@ -117,17 +134,20 @@ static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module)
     PyObject *pair = NULL;
     if (name == NULL) {                     /* not in the map: Python names it (rare) */
         if (PyErr_Occurred()) {
-            count_error(self);
+            count_error(self, stop);
             return 0;
         }
         pair = PyObject_CallOneArg(self->name_of, module);
-        name = take_pair(self, pair);
+        name = take_pair(self, pair, stop);
     }
     const char *s = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     uint64_t key = 0;
     if (s == NULL) {
-        if (name != NULL)
-            count_error(self);
+        if (name != NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "xsp: a module name that is not a str");
+            count_error(self, stop);
+        }
     } else {
         /* both strings are NUL-terminated and stay put for the session (the names map keeps
          * the str, the class its name): the core's pointer cache finds them without hashing */
@@ -152,10 +172,18 @@ static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (!atomic_load_explicit(&self->on, memory_order_relaxed) || nargs < 1)
         return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
-    uint64_t key = begin_call(self, args[0]);
+    int stop = 0;
+    uint64_t key = begin_call(self, args[0], &stop);
+    if (stop) {                             /* Ctrl-C (or the like) inside our bookkeeping */
+        if (key != 0)
+            xsp_rec_end(key, 0);
+        return NULL;
+    }
+    uint64_t serial = self->serial;
     tls_depth++;
     PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
-    tls_depth--;
+    if (tls_serial == serial)   /* a newer wrapper may have reset this thread meanwhile */
+        tls_depth--;
     if (key != 0)
         xsp_rec_end(key, 0);   /* no Python, cannot raise: the forward's exception stays */
     return res;
@@ -256,6 +284,12 @@ static PyObject *mc_get_qualname(PyObject *self, void *Py_UNUSED(closure))
     return PyUnicode_FromString("Module.__call__ (xsp)");
 }
 
+static PyObject *mc_get_name(PyObject *self, void *Py_UNUSED(closure))
+{
+    (void)self;
+    return PyUnicode_FromString("__call__");
+}
+
 static PyMethodDef mc_methods[] = {
     {"set_on", (PyCFunction)mc_set_on, METH_O,
      "set_on(flag): record (True) or only forward (False)."},
@@ -268,7 +302,8 @@ static PyGetSetDef mc_getset[] = {
     {"errors", (getter)mc_get_errors, NULL, "failures in the bookkeeping (counted)", NULL},
     {"__wrapped__", (getter)mc_get_wrapped, NULL, "the __call__ wrapped", NULL},
     {"__qualname__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
-    {"__name__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
+    {"__name__", mc_get_name, NULL, "__call__, as the function it replaces (torch.jit and "
+     "pickle look methods up by it)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

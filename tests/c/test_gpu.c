@@ -824,6 +824,12 @@ static size_t fill_launch(uint8_t *b, uint32_t corr, uint64_t ext_id)
     return n;
 }
 
+static CUptiResult CUPTIAPI f_finalize(void)
+{
+    logf_("finalize %.0u", 0);
+    return CUPTI_SUCCESS;
+}
+
 static void test_session_fake(void)
 {
     const xsp_cupti_fns *real = xsp_cupti();
@@ -991,6 +997,16 @@ static void test_session_fake(void)
     CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
     CHECK_EQ_U(s->refused_buffers, 1);
     CHECK_EQ_U(s->foreign_buffers, 1);
+
+    /* 7. cuptiFinalize drops the timestamp callback: the next start registers it again */
+    fake.Finalize = f_finalize;
+    fake_reset();
+    CHECK_EQ_U(xsp_gpu_finalize(err, sizeof err), 0);
+    CHECK(strcmp(g_log, "finalize ") == 0);
+    fake_reset();
+    CHECK_EQ_U(xsp_gpu_start(s, test_clock, err, sizeof err), 0);
+    CHECK(strncmp(g_log, "sub ts ", 7) == 0);
+    CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
     xsp_gpu_store_free(s);
 
     CHECK(xsp_cupti_swap_for_tests(real) == &fake);

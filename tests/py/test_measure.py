@@ -175,6 +175,10 @@ def test_record_function_around_the_model_keeps_the_m_latency(fake_clock, one_th
     assert row["source_run"] == "M" and row["ns_M"] == STEP and row["latency_ns"] == STEP
     assert m.unmatched == {"M": 0, "ML": 0}
     assert t.loc[t["kind"] == "scope", "name"].tolist() == ["forward"]
+    # the L level's time per iteration is the scope's (the modules inside it count once)
+    scopes = [sp.duration_ns for sp in m.traces["ML"].spans(kind="scope")][1:]   # no priming
+    ov = m.overhead.set_index(["level", "run"])
+    assert ov.loc[("L", "ML"), "latency_ns"] == np.mean(scopes)
 
 
 def test_fn_that_steps_itself_is_refused():

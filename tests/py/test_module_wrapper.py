@@ -155,3 +155,90 @@ def test_shapes_use_the_python_wrapper():
 def test_module_call_constructor_checks_its_arguments():
     with pytest.raises(TypeError, match="must be callable"):
         _core.ModuleCall(1, print, print, print, True)
+
+
+def test_a_call_that_spans_two_sessions_leaves_the_new_state_alone():
+    """Regression: a thread inside a forward when one profile stops and the next starts used
+    to decrement the new session's depth on return, so its later model calls counted as
+    nested (no model spans, modules named by class)."""
+    go, parked = threading.Event(), threading.Event()
+
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.park = False
+
+        def forward(self, x):
+            if self.park:
+                self.park = False
+                parked.set()
+                go.wait(10)
+            return self.lin(x)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    net, x = Outer(), torch.ones(1, 2)
+    net.inner.park = True
+
+    def work():
+        net(x)                        # parks inside net -> inner during session A
+        for _ in range(3):
+            net(x)                    # session B: three top-level calls
+
+    t = threading.Thread(target=work)
+    with xsp.profile(levels="ML"):
+        t.start()
+        assert parked.wait(10)
+    with xsp.profile(levels="ML") as b:
+        go.set()
+        t.join(10)
+    models = [s.name for s in b.trace.spans(kind="model")]
+    # the parked call's inner linear ends in B (its module span began in A: not recorded);
+    # then three model calls with their qualified module names
+    assert models[-3:] == ["Outer"] * 3
+    assert [s.name for s in b.trace.spans(kind="module")][-6:] == ["inner", "inner.lin"] * 3
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_jit_and_pickle_work_while_profiling():
+    import copy
+    import pickle
+    net = nn.Linear(2, 2)
+    with xsp.profile(levels="ML") as prof:
+        traced = torch.jit.trace(net, torch.ones(1, 2))
+        scripted = torch.jit.script(nn.ReLU())
+        bound = copy.copy(net.__call__)
+        assert pickle.loads(pickle.dumps(net.__call__))(torch.ones(1, 2)).shape == (1, 2)
+        assert nn.Module.__call__.__name__ == "__call__"
+    assert traced(torch.ones(1, 2)).shape == (1, 2)
+    assert scripted(torch.ones(2)).shape == (2,)
+    assert bound(torch.ones(1, 2)).shape == (1, 2)
+    assert prof.trace.meta["hook_errors"] == 0
+
+
+def test_ctrl_c_in_the_bookkeeping_propagates(monkeypatch):
+    net = Net()
+    ran = []
+    orig_forward = Net.forward
+
+    def forward(self, x):
+        ran.append(1)
+        return orig_forward(self, x)
+
+    def interrupted(self, root):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Net, "forward", forward)
+    monkeypatch.setattr(P._ModuleCalls, "_qualnames", interrupted)
+    with xsp.profile(levels="ML") as prof:
+        with pytest.raises(KeyboardInterrupt):
+            net(torch.ones(1, 3))
+        assert prof._modules.depth() == 0
+    assert ran == [] and prof.trace.meta["hook_errors"] == 0
