@@ -280,8 +280,11 @@ static inline void leave(xsp_tbuf *tb)
     atomic_store_explicit(&tb->busy, 0, memory_order_release);
 }
 
-void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
-                   const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
+/* The body of both begin entry points, inlined into each so that the op entry's constants
+ * (level L, a NUL-terminated name, no second name) fold away. */
+static inline __attribute__((always_inline)) void
+rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len, const char *name2,
+          size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
 {
     xsp_tbuf *tb = enter();
     if (!tb)
@@ -333,6 +336,17 @@ done:
     if (e->rec)
         e->rec->start = xsp_clock_ticks();   /* last: the bookkeeping above is outside it */
     leave(tb);
+}
+
+void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
+                   const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
+{
+    rec_begin(level, kind, name, name_len, name2, name2_len, key, a0, a1);
+}
+
+void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
+{
+    rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
 }
 
 void xsp_rec_end(uint64_t key, uint32_t flags)

@@ -79,6 +79,11 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
 void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
                    const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
 
+/* Hot path.  xsp_rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1): the
+ * torch shim's entry for ops, with the constants folded (five arguments, all in registers).
+ * Same guarantees as xsp_rec_begin. */
+void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
+
 /* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
  * (e.g. XSP_FLAG_ELIDE) into it.  Same guarantees as xsp_rec_begin. */
 void xsp_rec_end(uint64_t key, uint32_t flags);

@@ -17,7 +17,7 @@
 #ifndef XSP_NAME_NUL
 #define XSP_NAME_NUL ((size_t)-1)   /* rec_begin name_len: NUL-terminated, cache by pointer */
 #endif
-#define XSP_CORE_API_VERSION 1
+#define XSP_CORE_API_VERSION 2
 
 typedef struct xsp_core_api {
     uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
@@ -28,6 +28,8 @@ typedef struct xsp_core_api {
     void (*rec_end)(uint64_t key, uint32_t flags);
     uint64_t (*rec_now)(void);
     int (*session_active)(void);
+    /* version 2: xsp_rec_begin_l, the shim's op entry */
+    void (*rec_begin_l)(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
 } xsp_core_api;
 
 #endif

@@ -28,6 +28,7 @@ static const xsp_core_api core_api = {
     .rec_end = xsp_rec_end,
     .rec_now = xsp_rec_now,
     .session_active = xsp_session_active,
+    .rec_begin_l = xsp_rec_begin_l,
 };
 
 static xsp_core_state *xsp_state(PyObject *mod)

@@ -3,7 +3,7 @@
  *
  * One global at::RecordFunction callback, scopes FUNCTION, BACKWARD_FUNCTION and USER_SCOPE,
  * with inputs, outputs and ids switched off (each costs torch work per op).  The start
- * callback calls rec_begin(L, kind, name, ...) and returns no ObserverContext, so torch
+ * callback calls rec_begin_l(kind, name, ...) (level L) and returns no ObserverContext, so torch
  * allocates nothing for us per op; the end callback calls rec_end(key, 0).  The key is the
  * address of the RecordFunction, which is the same object at start and at end and cannot be
  * shared by two RecordFunctions alive at once; the core matches begin and end per thread, so
@@ -49,12 +49,11 @@ extern "C" {
 
 namespace {
 
-using begin_fn = void (*)(uint8_t, uint8_t, const char *, size_t, const char *, size_t, uint64_t,
-                          int64_t, int64_t);
+using begin_fn = void (*)(uint8_t, const char *, uint64_t, int64_t, int64_t);   /* rec_begin_l */
 using end_fn = void (*)(uint64_t, uint32_t);
 
 /* Set at attach, never cleared (see the lifetime note above). */
-std::atomic<begin_fn> g_begin{nullptr};  /* the core's rec_begin, null before the first attach */
+std::atomic<begin_fn> g_begin{nullptr};  /* the core's rec_begin_l, null before the first attach */
 std::atomic<end_fn> g_end{nullptr};      /* the core's rec_end, null before the first attach */
 
 /* Protected by g_lock: written by attach/detach only. */
@@ -93,11 +92,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noex
             name = "";
         uint64_t tid = scope == at::RecordScope::BACKWARD_FUNCTION ? fn.forwardThreadId()
                                                                    : fn.threadId();
-        /* XSP_NAME_NUL: the core finds a name it saw at this address without strlen or
-         * hashing (aten names live in the dispatcher), and checks the bytes still match. */
-        begin(XSP_LEVEL_L, kind_of(scope), name, XSP_NAME_NUL, nullptr, 0,
-              static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)), fn.seqNr(),
-              static_cast<int64_t>(tid));
+        /* level L, a NUL-terminated name: the core finds a name it saw at this address
+         * without strlen or hashing (aten names live in the dispatcher), and checks the bytes
+         * still match. */
+        begin(kind_of(scope), name, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)),
+              fn.seqNr(), static_cast<int64_t>(tid));
     } catch (...) {
         /* name() cannot throw in practice; if it ever does, the span is lost and its end is
          * counted as unmatched by the core. */
@@ -126,21 +125,21 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errle
             set_err(err, errlen, "xsp._torch: no core API table");
             return -1;
         }
-        size_t need = offsetof(xsp_core_api, rec_end) + sizeof(api->rec_end);
-        if (api->version < 1 || api->size < need) {
+        size_t need = offsetof(xsp_core_api, rec_begin_l) + sizeof(api->rec_begin_l);
+        if (api->version < 2 || api->size < need) {
             char msg[160];
             std::snprintf(msg, sizeof msg,
                           "xsp._torch: core API table too old (version %u, size %u; need "
-                          "version >= 1, size >= %zu): rebuild xsp",
+                          "version >= 2, size >= %zu): rebuild xsp",
                           (unsigned)api->version, (unsigned)api->size, need);
             set_err(err, errlen, msg);
             return -1;
         }
-        if (api->rec_begin == nullptr || api->rec_end == nullptr) {
-            set_err(err, errlen, "xsp._torch: core API table lacks rec_begin/rec_end");
+        if (api->rec_begin_l == nullptr || api->rec_end == nullptr) {
+            set_err(err, errlen, "xsp._torch: core API table lacks rec_begin_l/rec_end");
             return -1;
         }
-        g_begin.store(api->rec_begin, std::memory_order_release);
+        g_begin.store(api->rec_begin_l, std::memory_order_release);
         g_end.store(api->rec_end, std::memory_order_release);
         at::CallbackHandle h = at::addGlobalCallback(
             at::RecordFunctionCallback(on_start, on_end)
