@@ -120,9 +120,14 @@ def main(argv=None):
     ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--modules", type=int, default=0,
                     help="count N module calls instead of ops")
+    ap.add_argument("--in-block-only", action="store_true",
+                    help="only the in-block counts of unprofiled, floor and xsp L (6 valgrind "
+                         "runs instead of 12: a quick check of the hot path)")
     args = ap.parse_args(argv)
     if args.modules:
         return modules_main(args.modules)
+    if args.in_block_only:
+        return in_block_main(args.ops)
     n = args.ops
     print("per-op cost in instructions (callgrind), torch.add on 8 floats, %d ops; %s"
           % (n, common.machine()))
@@ -146,6 +151,23 @@ def main(argv=None):
         over[v] = (res[v, False] - base_b, res[v, True] - base_e)
         print("%-16s %24.0f %26.0f" % (v, over[v][0], over[v][1]))
     common.print_ratios(over)
+    return 0
+
+
+def in_block_main(n):
+    print("per-op cost in instructions (callgrind), in block only, %d ops; %s"
+          % (n, common.machine()))
+    variants = ("unprofiled", "floor", "xsp L")
+    jobs = [(v, k) for v in variants for k in (0, n)]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda j: instructions(j[0], j[1], False), jobs)))
+    per = {v: (counts[v, n] - counts[v, 0]) / n for v in variants}
+    print("unprofiled: %.0f instructions/op" % per["unprofiled"])
+    for v in variants[1:]:
+        print("%-10s +%.0f instructions/op above unprofiled" % (v, per[v] - per["unprofiled"]))
+    print("xsp L / floor: %.2f" % ((per["xsp L"] - per["unprofiled"])
+                                   / (per["floor"] - per["unprofiled"])))
     return 0
 
 
