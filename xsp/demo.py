@@ -90,7 +90,10 @@ def main(argv=None):
     print("\nwrote %s.xsp (%d bytes), %s.json (%d bytes; open in ui.perfetto.dev) and %s.html"
           " (the report)" % (base, os.path.getsize(base + ".xsp"), base,
                              os.path.getsize(base + ".json"), base))
-    print("next: xsp summary %s.xsp | xsp compare a.xsp b.xsp | xsp run script.py" % base)
+    exe = os.path.join(os.path.dirname(sys.executable), "xsp")
+    cmd = os.path.relpath(exe) if os.path.exists(exe) else "%s -m xsp" % sys.executable
+    print("next: %s summary %s.xsp | %s compare a.xsp b.xsp | %s run script.py"
+          % (cmd, base, cmd, cmd))
     return 0
 
 
