@@ -10,7 +10,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
-LOG=$(mktemp -d /tmp/xsp_gpu_check.XXXXXX)
+LOG=/tmp/xsp_gpu_check.$$     # per-run log folder, packed into one archive at exit
+rm -rf "$LOG"; mkdir -p "$LOG"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 S="$OUT/summary.txt"

@@ -31,6 +31,7 @@ class _Source:
     def __init__(self, source):
         from .trace import Trace
         self.measurement = None
+        self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
             self.df = source.to_pandas()
             self.meta = dict(source.meta)
@@ -72,7 +73,14 @@ class _Source:
 
     def nearest(self, kinds, strict=True):
         """For each span, the id of its nearest ancestor (strict) or itself-or-ancestor whose
-        kind is in kinds; -1 for none.  Pointer jumping, one pass per level of nesting."""
+        kind is in kinds; -1 for none.  Pointer jumping, one pass per level of nesting;
+        computed once per (kinds, strict) for this source (the result is shared: read only)."""
+        memo = (tuple(kinds), strict)
+        if memo not in self._nearest:
+            self._nearest[memo] = self._nearest_of(kinds, strict)
+        return self._nearest[memo]
+
+    def _nearest_of(self, kinds, strict):
         is_k = np.isin(self.kind, kinds)
         cur = self.parent.copy() if strict else np.arange(len(self.df), dtype=np.int64)
         todo = (cur >= 0)
