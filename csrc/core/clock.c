@@ -9,6 +9,7 @@
 _Atomic uint64_t xsp_fake_step = 0;  /* written by tests only; read on every reading */
 _Atomic uint64_t xsp_fake_now = 0;   /* advanced atomically by each fake reading */
 int xsp_clock_tsc = 0;               /* written once under g_once, before any session */
+_Atomic int xsp_clock_rdtsc = 0;     /* xsp_clock_tsc && no fake clock; see set_rdtsc */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static uint64_t g_anchor_ticks;      /* TSC at init; written once under g_once */
@@ -51,6 +52,7 @@ static void init_once(void)
         xsp_clock_tsc = 0;
 #endif
     g_anchor_ticks = pair(&g_anchor_ns);
+    atomic_store(&xsp_clock_rdtsc, xsp_clock_tsc && atomic_load(&xsp_fake_step) == 0);
 }
 
 void xsp_clock_init(void)
@@ -76,7 +78,10 @@ xsp_clock_map xsp_clock_calibrate(void)
 
 void xsp_clock_set_fake(uint64_t start, uint64_t step)
 {
+    xsp_clock_init();
+    atomic_store(&xsp_clock_rdtsc, 0);
     atomic_store(&xsp_fake_step, 0);
     atomic_store(&xsp_fake_now, start);
     atomic_store(&xsp_fake_step, step);
+    atomic_store(&xsp_clock_rdtsc, xsp_clock_tsc && step == 0);
 }

@@ -26,6 +26,8 @@
 extern _Atomic uint64_t xsp_fake_step;  /* 0 = real clock; else fake clock step in ns */
 extern _Atomic uint64_t xsp_fake_now;   /* next fake reading */
 extern int xsp_clock_tsc;               /* 1: ticks are the TSC; set once by xsp_clock_init */
+extern _Atomic int xsp_clock_rdtsc;     /* 1: a reading is one rdtsc (TSC, no fake clock): the
+                                         * hot path's only test; kept by init and set_fake */
 
 /* CLOCK_MONOTONIC in ns (or the fake clock). Cannot fail; thread-safe; no allocation. */
 static inline uint64_t xsp_clock_ns(void)
@@ -42,8 +44,7 @@ static inline uint64_t xsp_clock_ns(void)
 static inline uint64_t xsp_clock_ticks(void)
 {
 #if defined(__x86_64__)
-    if (__builtin_expect(xsp_clock_tsc, 1)
-        && atomic_load_explicit(&xsp_fake_step, memory_order_relaxed) == 0)
+    if (__builtin_expect(atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed), 1))
         return __rdtsc();
 #endif
     return xsp_clock_ns();

@@ -3,7 +3,8 @@
  *
  * Steps, each linear in the number of records (threads are few, so the k-way merge scans the
  * k heads):
- *   1. per thread: close spans still open at stop; resolve parents through elided spans;
+ *   0. (before: replay.c turned each thread's event log into records)
+ *   1. per thread: resolve parents through elided spans;
  *      map local name ids to trace string ids;
  *   2. k-way merge by (start, thread order, record order): global ids grow with start time,
  *      and since a parent is recorded before its children on its thread, its global id is
@@ -119,16 +120,9 @@ static int reserve_spans(xsp_trace *t, uint32_t n)
 }
 
 /* Step 1 for one thread. Returns 0 or -1 on allocation failure. */
-static int prepare_thread(thread_view *v, xsp_trace *t, uint64_t stop)
+static int prepare_thread(thread_view *v, xsp_trace *t)
 {
     const xsp_tbuf *tb = v->tb;
-    for (uint32_t d = 0; d < tb->depth; d++) {
-        xsp_rec *r = tb->stack[d].rec;
-        if (r) {
-            r->end = stop;
-            r->flags |= XSP_FLAG_OPEN_AT_STOP;
-        }
-    }
     v->names = malloc((tb->names.n ? tb->names.n : 1) * sizeof *v->names);
     v->gid = malloc((v->count ? v->count : 1) * sizeof *v->gid);
     if (!v->names || !v->gid)
@@ -256,13 +250,14 @@ static uint32_t resolve(void *ctx, uint64_t ext_id)
 {
     const resolver *rs = ctx;
     uint32_t serial = (uint32_t)(ext_id >> 40), gen = (uint32_t)(ext_id >> 32) & 0xFFu;
-    uint32_t idx = (uint32_t)ext_id;
+    uint32_t ord = (uint32_t)ext_id;   /* the begin's rank on its thread */
     for (uint32_t i = 0; i < rs->n; i++) {
         const thread_view *tv = &rs->v[i];
         if ((tv->tb->serial & 0xFFFFFFu) != serial)
             continue;
         if (((tv->tb->gen >> 1) & 0xFFu) != gen)
             return XSP_NO_PARENT;      /* left on CUPTI's stack by an earlier session */
+        uint32_t idx = ord < tv->tb->n_ord ? tv->tb->ord2rec[ord] : XSP_NONE;
         while (idx != XSP_NONE && idx < tv->count && tv->gid[idx] == XSP_NONE)
             idx = xsp_tbuf_rec(tv->tb, idx)->parent;      /* elided: its parent */
         return idx != XSP_NONE && idx < tv->count ? tv->gid[idx] : XSP_NO_PARENT;
@@ -291,11 +286,11 @@ static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
 {
     int64_t cap = 0, depth = 0, unmatched = 0, forced = 0, open = 0;
     for (uint32_t i = 0; i < n; i++) {
-        cap += (int64_t)bufs[i]->lost_cap;
+        cap += (int64_t)(bufs[i]->lost_cap + bufs[i]->lost_end);
         depth += (int64_t)bufs[i]->lost_depth;
         unmatched += (int64_t)bufs[i]->unmatched;
         forced += (int64_t)bufs[i]->forced;
-        open += bufs[i]->depth;
+        open += bufs[i]->open;
     }
     return xsp_trace_add_counter(t, "lost.cap", cap) | xsp_trace_add_counter(t, "lost.depth", depth)
            | xsp_trace_add_counter(t, "unmatched_end", unmatched)
@@ -316,7 +311,7 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         v[i].count = xsp_tbuf_count(bufs[i]);
         v[i].thread = xsp_trace_add_thread(t, bufs[i]->tid, NULL, 0);
         total += v[i].count;
-        ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t, stop) == 0;
+        ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t) == 0;
     }
     uint32_t keys[3] = {0, 0, 0};
     static const char *const type_key = "type";

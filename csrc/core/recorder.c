@@ -66,6 +66,9 @@ static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
                                                     the thread lives */
+static uint8_t g_nochunk[2];                     /* wp = g_nochunk + 1 > wend = g_nochunk:
+                                                    "no room", so the next event takes the
+                                                    slow path, which finds a chunk */
 
 /* 1 when membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) works: then the hot path needs only a
  * compiler barrier between its busy store and its generation load, and stop pays for the
@@ -136,6 +139,8 @@ static xsp_tbuf *tbuf_attach(void)
         free(tb);
         return NULL;
     }
+    tb->wp = g_nochunk + 1;
+    tb->wend = g_nochunk;
     tb->tid = (uint64_t)syscall(SYS_gettid);
     tb->serial = atomic_fetch_add(&g_serial, 1);
     pthread_once(&g_key_once, make_key);
@@ -148,18 +153,26 @@ static xsp_tbuf *tbuf_attach(void)
     return tb;
 }
 
-/* Called by the owner, busy set, when its contents belong to an older session. */
+/* Called by the owner, busy set, when its contents belong to an older session (whose stop
+ * released its chunks). */
 static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
 {
     tb->gen = gen;
-    tb->n_chunks = 0;
-    tb->slot = 0;
-    tb->depth = 0;
-    tb->overflow = 0;
-    tb->lost_cap = tb->lost_depth = tb->unmatched = tb->forced = 0;
+    tb->n_log = 0;
+    tb->wp = g_nochunk + 1;         /* no chunk: the first event takes the slow path */
+    tb->wend = g_nochunk;
+    tb->nb = 0;
+    tb->capped = 0;
+    tb->cap_open = 0;
+    tb->lost_cap = tb->lost_end = 0;
+    tb->hdepth = 0;
+    tb->hoverflow = 0;
     xsp_strtab_clear(&tb->names);
     memset(tb->ncache, 0, sizeof tb->ncache);
     tb->names_bytes = xsp_strtab_bytes(&tb->names);   /* only growth is charged to the cap */
+    /* the fast path skips the busy fence's seq_cst half (membarrier), the hooks, the cap
+     * checks and the reset: it may run only when all of those are moot */
+    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop ? gen : 0;
 }
 
 /* Charges n bytes to the session cap. Returns 1 if within the cap, else 0 (nothing charged). */
@@ -172,39 +185,74 @@ static int charge(uint64_t n)
     return 0;
 }
 
-/* Slow path: a new chunk for tb. Returns 0, or -1 when the cap or memory is exhausted. */
-static int tbuf_new_chunk(xsp_tbuf *tb)
+/* Appends chunk (bytes long) to tb's log as the current chunk. 0, or -1 on OOM. */
+static int log_push(xsp_tbuf *tb, uint8_t *chunk, uint32_t bytes)
 {
-    if (tb->n_chunks == tb->cap_chunks) {
-        uint32_t cap = tb->cap_chunks ? tb->cap_chunks * 2 : 16;
-        xsp_rec **c = realloc(tb->chunks, cap * sizeof *c);
+    if (tb->n_log == tb->cap_log) {
+        uint32_t cap = tb->cap_log ? tb->cap_log * 2 : 16;
+        uint8_t **c = realloc(tb->log, cap * sizeof *c);
         if (!c)
             return -1;
-        tb->chunks = c;
-        tb->cap_chunks = cap;
+        tb->log = c;
+        uint32_t *u = realloc(tb->log_used, cap * sizeof *u);
+        if (!u)
+            return -1;
+        tb->log_used = u;
+        tb->cap_log = cap;
     }
+    if (tb->n_log)
+        tb->log_used[tb->n_log - 1] = (uint32_t)(tb->wp - tb->log[tb->n_log - 1]);
+    tb->log[tb->n_log++] = chunk;
+    tb->wp = chunk;
+    tb->wend = chunk + bytes - 32;
+    return 0;
+}
+
+/* Slow path: a new log chunk for tb, from the pool or charged to the cap. 0, or -1 when the
+ * cap or memory is exhausted. */
+static int tbuf_new_chunk(xsp_tbuf *tb)
+{
     if (atomic_load_explicit(&g_sess.full, memory_order_relaxed))
         return -1;                       /* at the cap: no atomics per lost span */
-    xsp_rec *chunk = NULL;
+    uint8_t *chunk = NULL;
     uint32_t i = atomic_load_explicit(&g_sess.pool_next, memory_order_relaxed);
     while (i < g_sess.pool_n   /* saturating: the counter never runs past pool_n */
            && !atomic_compare_exchange_weak_explicit(&g_sess.pool_next, &i, i + 1,
                                                      memory_order_relaxed, memory_order_relaxed))
         ;
-    if (i < g_sess.pool_n) {
-        chunk = (xsp_rec *)(g_sess.pool + (uint64_t)i * CHUNK_BYTES);
+    int pooled = i < g_sess.pool_n;
+    if (pooled) {
+        chunk = (uint8_t *)g_sess.pool + (uint64_t)i * CHUNK_BYTES;
     } else if (charge(CHUNK_BYTES)) {
         chunk = malloc(CHUNK_BYTES);
         if (!chunk)
             atomic_fetch_sub_explicit(&g_sess.bytes, CHUNK_BYTES, memory_order_relaxed);
     }
+    if (chunk && log_push(tb, chunk, (uint32_t)CHUNK_BYTES) != 0) {
+        if (!pooled) {
+            free(chunk);
+            atomic_fetch_sub_explicit(&g_sess.bytes, CHUNK_BYTES, memory_order_relaxed);
+        }
+        chunk = NULL;     /* a pool chunk is simply not used again this session */
+    }
     if (!chunk) {
         atomic_store_explicit(&g_sess.full, 1, memory_order_relaxed);
         return -1;
     }
-    tb->chunks[tb->n_chunks++] = chunk;
-    tb->slot = 0;
     return 0;
+}
+
+/* Past the cap, the ends of spans begun before it still need a place: small chunks outside
+ * the cap (ends of lost spans are not written, so these hold at most the ends of the spans
+ * open when the cap was hit, and of spans begun before the session). 0, or -1 on OOM. */
+#define END_RESERVE_BYTES 4096u
+static int tbuf_end_chunk(xsp_tbuf *tb)
+{
+    uint8_t *chunk = malloc(END_RESERVE_BYTES);
+    if (chunk && log_push(tb, chunk, END_RESERVE_BYTES) == 0)
+        return 0;
+    free(chunk);
+    return -1;
 }
 
 /* Interns on the owner's table, charging growth to the cap. UINT32_MAX if lost. */
@@ -223,16 +271,28 @@ static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len)
     return id;
 }
 
+/* The cache slot of a NUL-terminated name's address. */
+static inline xsp_name_slot *name_slot(xsp_tbuf *tb, const char *s)
+{
+    uintptr_t p = (uintptr_t)s;
+    return &tb->ncache[((p >> 4) ^ (p >> 12)) & (XSP_NAME_CACHE - 1)];
+}
+
+/* A cache hit: the slot holds this address and the bytes there still are the interned name. */
+static inline int name_hit(const xsp_tbuf *tb, const xsp_name_slot *slot, const char *s)
+{
+    return slot->ptr == s
+           && strncmp(s, tb->names.arena + tb->names.offs[slot->id], (size_t)slot->len + 1) == 0;
+}
+
 /* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost.
  * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first. */
-static inline uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
+static uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
 {
     xsp_name_slot *slot = NULL;
     if (len == XSP_NAME_NUL) {
-        uintptr_t p = (uintptr_t)s;
-        slot = &tb->ncache[((p >> 4) ^ (p >> 12)) & (XSP_NAME_CACHE - 1)];
-        if (slot->ptr == s
-            && strncmp(s, tb->names.arena + tb->names.offs[slot->id], (size_t)slot->len + 1) == 0)
+        slot = name_slot(tb, s);
+        if (name_hit(tb, slot, s))
             return slot->id;
         len = strlen(s);
     }
@@ -242,10 +302,9 @@ static inline uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
     return id;
 }
 
-
-/* Enters the hot path: returns the thread's buffer with busy set, or NULL when not recording
+/* Enters the slow path: returns the thread's buffer with busy set, or NULL when not recording
  * (busy is then clear). */
-static inline xsp_tbuf *enter(void)
+static xsp_tbuf *enter(void)
 {
     xsp_tbuf *tb = tls_tb;
     if (__builtin_expect(tb == NULL, 0)) {
@@ -280,112 +339,193 @@ static inline void leave(xsp_tbuf *tb)
     atomic_store_explicit(&tb->busy, 0, memory_order_release);
 }
 
-/* The body of both begin entry points, inlined into each so that the op entry's constants
- * (level L, a NUL-terminated name, no second name) fold away. */
-static inline __attribute__((always_inline)) void
-rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len, const char *name2,
-          size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
+static inline uint64_t begin_tag(uint8_t level, uint8_t kind)
+{
+    return (uint64_t)(XSP_EV_BEGIN | ((unsigned)level << 4) | kind) << 56;
+}
+
+/* Writes a begin event at p (room checked). */
+static inline void put_begin(uint8_t *p, uint64_t key_tag, int64_t a0, uint64_t w3,
+                             uint64_t ticks)
+{
+    uint64_t *w = (uint64_t *)(void *)p;
+    w[0] = ticks;
+    w[1] = key_tag;
+    w[2] = (uint64_t)a0;
+    w[3] = w3;
+}
+
+/* G sessions: the hook stack's side of a begin whose rank is ord (XSP_NONE: not written). */
+static void hook_begin(xsp_tbuf *tb, uint64_t key, uint32_t ord)
+{
+    if (!tb->hstack) {
+        tb->hstack = calloc(XSP_MAX_DEPTH, sizeof *tb->hstack);
+        if (!tb->hstack)
+            return;                          /* no pushes: GPU work lands higher up */
+    }
+    if (tb->hdepth >= XSP_MAX_DEPTH) {
+        tb->hoverflow++;                     /* as the replay: past the limit, not recorded */
+        return;
+    }
+    xsp_hook_open *e = &tb->hstack[tb->hdepth];
+    if (ord == XSP_NONE)                     /* lost: its nearest recorded ancestor */
+        ord = tb->hdepth ? e[-1].ord : XSP_NONE;
+    tb->hdepth++;
+    e->key = key;
+    e->ord = ord;
+    e->pushed = 0;
+    if (g_hooks.push) {
+        g_hooks.push(xsp_ext_id(tb->serial, tb->gen, ord));
+        e->pushed = 1;
+    }
+}
+
+/* G sessions: the hook stack's side of an end (the replay's matching rule). */
+static void hook_end(xsp_tbuf *tb, uint64_t key)
+{
+    if (!tb->hstack)
+        return;
+    uint32_t d = tb->hdepth;
+    while (d > 0 && tb->hstack[d - 1].key != key)
+        d--;
+    if (d == 0) {
+        if (tb->hoverflow)
+            tb->hoverflow--;
+        return;
+    }
+    tb->hoverflow = 0;
+    for (uint32_t i = tb->hdepth; i >= d; i--)
+        if (tb->hstack[i - 1].pushed && g_hooks.pop)
+            g_hooks.pop();
+    tb->hdepth = d - 1;
+}
+
+/* The slow path of both begins: everything the fast path leaves out. */
+static __attribute__((noinline)) void
+begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const char *name2,
+           size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
 {
     xsp_tbuf *tb = enter();
     if (!tb)
         return;
-    if (__builtin_expect(tb->depth >= XSP_MAX_DEPTH, 0)) {
-        tb->overflow++;
-        tb->lost_depth++;
+    key &= XSP_EV_KEY_MASK;
+    uint32_t ord = XSP_NONE;
+    if (!tb->capped && tb->wp > tb->wend && tbuf_new_chunk(tb) != 0)
+        tb->capped = 1;
+    uint32_t nid = 0, nid2 = 0;
+    if (!tb->capped) {
+        nid = tbuf_name(tb, name, name_len);
+        nid2 = name2 ? tbuf_name(tb, name2, name2_len) : 0;
+        if (nid == UINT32_MAX || nid2 == UINT32_MAX)
+            tb->capped = 1;                  /* the names no longer fit either */
+    }
+    if (tb->capped) {
+        tb->fast_gen = 0;
+        tb->lost_cap++;
+        tb->cap_open++;
+    } else {
+        uint64_t w3 = nid | (uint64_t)(name2 ? nid2 : (uint32_t)a1) << 32;
+        uint64_t tag = begin_tag(level, kind) | (name2 ? (uint64_t)XSP_EV_NAME2 << 56 : 0);
+        uint8_t *p = tb->wp;
+        tb->wp = p + 32;
+        ord = tb->nb++;
+        if (__builtin_expect(g_hooks.push != NULL, 0))
+            hook_begin(tb, key, ord);        /* before the timestamp: outside the span */
+        put_begin(p, key | tag, a0, w3, xsp_clock_ticks());
         leave(tb);
         return;
     }
-    xsp_open *e = &tb->stack[tb->depth];
-    uint32_t parent = tb->depth ? e[-1].idx : XSP_NONE;
-    tb->depth++;
-    e->key = key;
-    e->rec = NULL;
-    e->idx = parent;
-    e->pushed = 0;
-    if (__builtin_expect(tb->n_chunks == 0 || tb->slot == XSP_CHUNK_RECS, 0)
-        && tbuf_new_chunk(tb) != 0) {
-        tb->lost_cap++;
-        goto done;
-    }
-    uint32_t nid = tbuf_name(tb, name, name_len);
-    uint32_t nid2 = name2 ? tbuf_name(tb, name2, name2_len) : 0;
-    if (__builtin_expect(nid == UINT32_MAX || nid2 == UINT32_MAX, 0)) {
-        tb->lost_cap++;
-        goto done;
-    }
-    xsp_rec *r = &tb->chunks[tb->n_chunks - 1][tb->slot];
-    e->rec = r;
-    e->idx = (tb->n_chunks - 1) * XSP_CHUNK_RECS + tb->slot;
-    tb->slot++;
-    r->end = 0;
-    r->a0 = a0;
-    r->a1 = a1;
-    r->name = nid;
-    r->name2 = nid2;
-    r->parent = parent;
-    r->level = level;
-    r->kind = kind;
-    r->flags = 0;
-done:
-    if (__builtin_expect(g_hooks.push != NULL, 0)) {
-        /* the innermost recorded span (this one, or its nearest recorded ancestor if it was
-         * lost) becomes the external correlation id of GPU work launched from here */
-        g_hooks.push(xsp_ext_id(tb->serial, tb->gen, e->idx));
-        e->pushed = 1;
-    }
-    if (e->rec)
-        e->rec->start = xsp_clock_ticks();   /* last: the bookkeeping above is outside it */
+    if (__builtin_expect(g_hooks.push != NULL, 0))
+        hook_begin(tb, key, XSP_NONE);
     leave(tb);
 }
 
 void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
                    const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
 {
-    rec_begin(level, kind, name, name_len, name2, name2_len, key, a0, a1);
+    begin_slow(level, kind, name, name_len, name2, name2_len, key, a0, a1);
 }
 
+/* The op entry.  The fast path: a buffer reset for this session with room for the event, and
+ * the name found in the pointer cache; then a begin is five stores and a clock reading. */
 void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
-    rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+    xsp_tbuf *tb = tls_tb;
+    if (__builtin_expect(tb != NULL, 1)) {
+        /* the busy handshake of enter(), membarrier flavour (fast_gen is 0 without it) */
+        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+        if (__builtin_expect(gen == tb->fast_gen, 1)) {
+            uint8_t *p = tb->wp;
+            xsp_name_slot *slot = name_slot(tb, name);
+            if (__builtin_expect(p <= tb->wend && name_hit(tb, slot, name), 1)) {
+                tb->wp = p + 32;
+                put_begin(p, (key & XSP_EV_KEY_MASK) | begin_tag(XSP_LEVEL_L, kind), a0,
+                          slot->id | (uint64_t)(uint32_t)a1 << 32, xsp_clock_ticks());
+                atomic_store_explicit(&tb->busy, 0, memory_order_release);
+                return;
+            }
+        }
+        atomic_store_explicit(&tb->busy, 0, memory_order_release);
+    }
+    begin_slow(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+}
+
+/* The slow path of an end. */
+static __attribute__((noinline)) void end_slow(uint64_t key, uint32_t flags, uint64_t now)
+{
+    xsp_tbuf *tb = enter();
+    if (!tb)
+        return;
+    key &= XSP_EV_KEY_MASK;
+    if (__builtin_expect(g_hooks.pop != NULL, 0))
+        hook_end(tb, key);
+    if (tb->capped && tb->cap_open) {
+        tb->cap_open--;                      /* the end of a span lost to the cap */
+        leave(tb);
+        return;
+    }
+    if (tb->wp > tb->wend && (tb->capped || tbuf_new_chunk(tb) != 0)) {
+        if (!tb->capped) {
+            tb->capped = 1;
+            tb->fast_gen = 0;
+        }
+        if (tbuf_end_chunk(tb) != 0) {
+            tb->lost_end++;
+            leave(tb);
+            return;
+        }
+    }
+    uint64_t *w = (uint64_t *)(void *)tb->wp;
+    w[0] = now;
+    w[1] = key | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
+    tb->wp += 16;
+    leave(tb);
 }
 
 void xsp_rec_end(uint64_t key, uint32_t flags)
 {
     uint64_t now = xsp_clock_ticks();   /* first, so the bookkeeping below is outside the span */
-    xsp_tbuf *tb = enter();
-    if (!tb)
-        return;
-    uint32_t d = tb->depth;
-    while (d > 0 && tb->stack[d - 1].key != key)
-        d--;
-    if (__builtin_expect(d == 0, 0)) {
-        if (tb->overflow)
-            tb->overflow--;           /* the end of a span begun past the depth limit */
-        else
-            tb->unmatched++;
-        leave(tb);
-        return;
-    }
-    tb->overflow = 0;                 /* an enclosing span ends: the spans past the limit too */
-    for (uint32_t i = tb->depth; i > d; i--) {
-        xsp_open *e = &tb->stack[i - 1];
-        if (e->rec) {
-            e->rec->end = now;
-            e->rec->flags |= XSP_FLAG_FORCED_END;
+    xsp_tbuf *tb = tls_tb;
+    if (__builtin_expect(tb != NULL, 1)) {
+        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+        if (__builtin_expect(gen == tb->fast_gen, 1)) {
+            uint8_t *p = tb->wp;
+            if (__builtin_expect(p <= tb->wend, 1)) {
+                uint64_t *w = (uint64_t *)(void *)p;
+                w[0] = now;
+                w[1] = (key & XSP_EV_KEY_MASK) | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
+                tb->wp = p + 16;
+                atomic_store_explicit(&tb->busy, 0, memory_order_release);
+                return;
+            }
         }
-        if (e->pushed && g_hooks.pop)
-            g_hooks.pop();
-        tb->forced++;
+        atomic_store_explicit(&tb->busy, 0, memory_order_release);
     }
-    xsp_open *e = &tb->stack[d - 1];
-    if (e->rec) {
-        e->rec->end = now;
-        e->rec->flags |= (uint16_t)flags;
-    }
-    if (e->pushed && g_hooks.pop)
-        g_hooks.pop();
-    tb->depth = d - 1;
-    leave(tb);
+    end_slow(key, flags, now);
 }
 
 uint64_t xsp_rec_now(void)
@@ -463,14 +603,21 @@ int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
 static void tbuf_release(xsp_tbuf *tb)
 {
     char *lo = g_sess.pool, *hi = g_sess.pool + (size_t)g_sess.pool_n * CHUNK_BYTES;
-    for (uint32_t i = 0; i < tb->n_chunks; i++) {
-        char *c = (char *)tb->chunks[i];
-        if (!(c >= lo && c < hi))
+    for (uint32_t i = 0; i < tb->n_log; i++) {
+        char *c = (char *)tb->log[i];
+        if (c && !(c >= lo && c < hi))
             free(c);
     }
+    tb->n_log = 0;
+    tb->wp = g_nochunk + 1;
+    tb->wend = g_nochunk;
+    for (uint32_t i = 0; i < tb->n_chunks; i++)
+        free(tb->chunks[i]);
     tb->n_chunks = 0;
     tb->slot = 0;
-    tb->depth = 0;
+    free(tb->ord2rec);
+    tb->ord2rec = NULL;
+    tb->n_ord = 0;
 }
 
 /* Unlinks and frees buffers of exited threads (not the head: pushers race only on it). */
@@ -482,7 +629,10 @@ static void reap_dead(void)
     for (xsp_tbuf *tb = prev->next; tb; tb = prev->next) {
         if (atomic_load(&tb->dead)) {
             prev->next = tb->next;
+            free(tb->log);
+            free(tb->log_used);
             free(tb->chunks);
+            free(tb->hstack);
             xsp_strtab_free(&tb->names);
             free(tb);
         } else {
@@ -530,7 +680,11 @@ int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err
     /* after the wait: no span begun in this session can start after the stop time */
     uint64_t stop_ticks = g_sess.fake ? xsp_clock_ns() : xsp_clock_ticks();
     xsp_clock_map map = g_sess.fake ? (xsp_clock_map){0, 0, 0.0} : xsp_clock_calibrate();
-    xsp_trace *t = bufs ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
+    const char *lo = g_sess.pool, *hi = g_sess.pool + (size_t)g_sess.pool_n * CHUNK_BYTES;
+    int replayed = bufs != NULL;
+    for (uint32_t i = 0; replayed && i < n; i++)
+        replayed = xsp_tbuf_replay(bufs[i], stop_ticks, lo, hi) == 0;
+    xsp_trace *t = replayed ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
                                     g_sess.adopt_roots, extra)
                         : NULL;
     for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next)

@@ -1,6 +1,6 @@
 /*
  * tbuf.h: a thread's recording buffer (internal to the core: recorder.c writes it on the hot
- * path, merge.c reads it at stop).
+ * path, replay.c and merge.c read it at stop).
  *
  * Ownership: a tbuf belongs to one OS thread for that thread's life and is linked into a
  * process-wide registry that only grows at the head (lock-free push).  Only its thread writes
@@ -8,8 +8,16 @@
  * switching the generation and waiting for `busy` to clear.  That handshake is the only
  * synchronisation: the hot path takes no lock.
  *
- * Records are fixed-size (48 bytes), appended to chunks of XSP_CHUNK_RECS; a record's local
- * index is chunk * XSP_CHUNK_RECS + slot.  Names are interned per thread into `names`.
+ * Recording appends events to a log of chunks (CHUNK_BYTES each), nothing else:
+ *   begin  32 bytes: w0 ticks; w1 key | tag << 56 (tag: XSP_EV_BEGIN | level << 4 | kind,
+ *          XSP_EV_NAME2 when w3's high half is the second name); w2 a0; w3 name id | (a1 as
+ *          32 bits, or the second name's id) << 32
+ *   end    16 bytes: w0 ticks; w1 key | (XSP_EV_END | flags) << 56
+ * Matching ends to begins, parents, forced ends and the depth limit are all worked out at stop
+ * by replaying the log (replay.c) into fixed-size records (xsp_rec, 48 bytes) that the merge
+ * reads; a record's local index is its begin's rank among the thread's recorded begins.
+ * Names are interned per thread into `names` when first seen (a pointer cache makes the next
+ * sighting cheap).
  */
 #ifndef XSP_TBUF_H
 #define XSP_TBUF_H
@@ -22,12 +30,19 @@
 #include "strtab.h"
 
 #define XSP_CHUNK_RECS 4096u
+#define XSP_LOG_BYTES ((uint32_t)(XSP_CHUNK_RECS * 48u))   /* bytes of a log chunk */
 #define XSP_NONE UINT32_MAX
 #define XSP_REC_HAS_CHILD 0x8000u   /* merge-time only: some record names this one as parent */
 
+/* Event tags (top byte of an event's second word). */
+#define XSP_EV_BEGIN 0x80u         /* a begin; low bits: level << 4 | kind */
+#define XSP_EV_NAME2 0x40u         /* with XSP_EV_BEGIN: w3's high half is the second name */
+#define XSP_EV_END 0x40u           /* without XSP_EV_BEGIN: an end; low 6 bits: its flags */
+#define XSP_EV_KEY_MASK ((UINT64_C(1) << 56) - 1)
+
 typedef struct xsp_rec {
     uint64_t start;     /* begin time, clock ticks (clock.h) */
-    uint64_t end;       /* end time, clock ticks, 0 while open */
+    uint64_t end;       /* end time, clock ticks */
     int64_t  a0;        /* kind-specific: ops: sequence number (-1 none) */
     int64_t  a1;        /* kind-specific: ops: RecordFunction (forward) thread id */
     uint32_t name;      /* local name id in the thread's strtab */
@@ -47,35 +62,55 @@ typedef struct xsp_name_slot {
     uint32_t len;       /* length of the name */
 } xsp_name_slot;
 
-typedef struct xsp_open {
-    uint64_t key;       /* the caller's key, matched at end */
-    xsp_rec *rec;       /* the record, NULL if the span was lost (cap) */
-    uint32_t idx;       /* local index of rec, or of the nearest recorded ancestor if lost */
-    uint32_t pushed;    /* 1 if an external correlation id was pushed for it (pop at end) */
-} xsp_open;
+/* An open span on the hook stack (G sessions only: the pushes and pops of external ids). */
+typedef struct xsp_hook_open {
+    uint64_t key;       /* the caller's key */
+    uint32_t ord;       /* external id index pushed for it */
+    uint32_t pushed;    /* 1 if pushed */
+} xsp_hook_open;
 
 typedef struct xsp_tbuf {
+    /* the hot path's fields, first */
+    uint8_t *wp;                /* next free byte of the current log chunk */
+    uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
+    uint64_t fast_gen;          /* == the session's generation when the fast path may run
+                                 * (buffer reset for it, membarrier, no hooks, not capped);
+                                 * 0 otherwise */
     _Atomic int busy;           /* 1 while the owner is inside a begin/end (see stop) */
     _Atomic int dead;           /* set when the owning thread has exited */
     uint64_t gen;               /* session generation the contents belong to */
+    xsp_name_slot ncache[XSP_NAME_CACHE]; /* name pointer cache, cleared with names */
+
     uint64_t tid;               /* OS thread id of the owner */
     uint32_t serial;            /* unique number of this buffer in the process (external ids) */
-    uint32_t pad2;              /* unused */
-    xsp_rec **chunks;           /* chunk pointers, n_chunks used; owned */
+    uint32_t n_log;             /* log chunks in use (the last is the current one) */
+    uint32_t cap_log;           /* capacity of log and log_used */
+    uint32_t nb;                /* begins written this session (G sessions: external ids) */
+    uint8_t **log;              /* log chunks; owned (pool chunks are the session's) */
+    uint32_t *log_used;         /* bytes used in each log chunk but the current one */
+    uint32_t capped;            /* 1 once a chunk was refused (cap or memory): spans lost */
+    uint32_t cap_open;          /* lost begins (capped) whose ends are still to come */
+    uint64_t lost_cap;          /* spans not recorded because the memory cap was reached */
+    uint64_t lost_end;          /* ends not recorded for want of memory (their spans show as
+                                 * open at stop) */
+    uint64_t names_bytes;       /* bytes of `names` charged to the session cap */
+    xsp_strtab names;           /* this thread's interned names */
+    uint32_t hdepth;            /* G sessions: open spans on hstack */
+    uint32_t hoverflow;         /* G sessions: spans begun past XSP_MAX_DEPTH, not yet ended */
+    xsp_hook_open *hstack;      /* G sessions: XSP_MAX_DEPTH entries, allocated on first use */
+
+    /* filled at stop by xsp_tbuf_replay, read by the merge */
+    xsp_rec **chunks;           /* record chunks (XSP_CHUNK_RECS each); owned */
     uint32_t n_chunks;          /* chunks in use */
     uint32_t cap_chunks;        /* capacity of chunks */
     uint32_t slot;              /* records used in the last chunk */
-    uint32_t depth;             /* open spans on the stack */
-    uint32_t overflow;          /* spans begun past XSP_MAX_DEPTH and not yet ended */
-    uint32_t pad;               /* unused */
-    uint64_t lost_cap;          /* spans not recorded because the memory cap was reached */
+    uint32_t *ord2rec;          /* begin rank -> record index (or its nearest recorded
+                                 * ancestor's, XSP_NONE); n_ord entries; owned */
+    uint32_t n_ord;             /* begins replayed */
+    uint32_t open;              /* spans still open at stop */
     uint64_t lost_depth;        /* spans not recorded because nesting exceeded XSP_MAX_DEPTH */
     uint64_t unmatched;         /* ends whose key was not open (began before the session) */
     uint64_t forced;            /* spans ended early because an enclosing span ended */
-    uint64_t names_bytes;       /* bytes of `names` charged to the session cap */
-    xsp_strtab names;           /* this thread's interned names */
-    xsp_name_slot ncache[XSP_NAME_CACHE]; /* name pointer cache, cleared with names */
-    xsp_open stack[XSP_MAX_DEPTH]; /* open spans, innermost last */
     struct xsp_tbuf *next;      /* registry link; written once before publication */
 } xsp_tbuf;
 
@@ -90,6 +125,13 @@ static inline uint32_t xsp_tbuf_count(const xsp_tbuf *tb)
 {
     return tb->n_chunks ? (tb->n_chunks - 1) * XSP_CHUNK_RECS + tb->slot : 0;
 }
+
+/* replay.c, at stop (busy clear, the session over): turns tb's event log into records
+ * (chunks, ord2rec, the counters), ending spans still open at stop (ticks) with
+ * XSP_FLAG_OPEN_AT_STOP, and frees the log chunks that are not in [pool_lo, pool_hi) as it
+ * goes.  Returns 0, or -1 on allocation failure (tb then holds what was made; release frees
+ * it). */
+int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi);
 
 /* merge.c: builds the merged trace from n buffers of one session; start and stop are the
  * session's clock readings (ticks), map converts ticks to ns.  Returns a new trace or NULL on

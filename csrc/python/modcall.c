@@ -61,7 +61,9 @@ static _Thread_local PyObject *tls_names;   /* names map of the current top-leve
 
 uint64_t xsp_py_new_key(void)
 {
-    return (1ull << 63) | atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed);
+    /* bit 55: the core keeps 56 bits of a key (recorder.h); addresses stay below 2^47 */
+    return (1ull << 55) | (atomic_fetch_add_explicit(&next_key, 1, memory_order_relaxed)
+                           & ((1ull << 55) - 1));
 }
 
 /* A helper failed: an Exception is counted and cleared (bookkeeping never changes what the

@@ -14,8 +14,9 @@
 /* The type's spec. */
 extern PyType_Spec xsp_modulecall_spec;
 
-/* A new key for a span begun from Python or from the module wrapper: high bit set, so it never
- * equals an object address (the torch shim's keys).  Cannot fail; thread-safe. */
+/* A new key for a span begun from Python or from the module wrapper: bit 55 set, so it never
+ * equals an object address (the torch shim's keys, below 2^47), and below 2^56 as the core
+ * requires.  Cannot fail; thread-safe. */
 uint64_t xsp_py_new_key(void);
 
 #endif

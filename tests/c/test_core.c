@@ -217,7 +217,10 @@ static void test_elide(void)
 static void test_cap(void)
 {
     char err[256];
-    /* cap = one chunk (4096 records * 48 bytes); the pool takes it all. */
+    /* cap = one log chunk (196608 bytes); the pool takes it all.  Begins take 32 bytes and
+     * ends 16; a chunk takes events while 32 bytes remain: "r" (32) and 2047 outer/inner
+     * pairs (96 each) leave 64, room for one more pair's begins; their ends, and r's, go to
+     * the small chunk past the cap that holds ends of spans begun before it. */
     xsp_config cfg = {.max_bytes = 4096 * 48, .pool_bytes = 4096 * 48};
     CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);
     begin(XSP_KIND_REGION, "r", 1);
@@ -231,8 +234,8 @@ static void test_cap(void)
     xsp_trace *t = stop();
     if (!t)
         return;
-    CHECK_EQ_U(t->n_spans, 4096);
-    CHECK_EQ_U(xsp_trace_counter(t, "lost.cap"), 20001 - 4096);
+    CHECK_EQ_U(t->n_spans, 1 + 2 * 2048);
+    CHECK_EQ_U(xsp_trace_counter(t, "lost.cap"), 20001 - (1 + 2 * 2048));
     CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
     CHECK_EQ_U(xsp_trace_counter(t, "open_at_stop"), 0);
     /* every recorded inner span's parent is an "outer" (or, past the cap, none was lost) */
@@ -426,6 +429,71 @@ static void test_name_cache(void)
     static const char *names[] = {"aten::add", "aten::add", "aten::add", "aten::ad", "aten::addmm"};
     for (uint32_t i = 0; i < t->n_spans && i < 5; i++)
         CHECK(strcmp(name_of(t, i), names[i]) == 0);
+    xsp_trace_free(t);
+}
+
+/* The torch shim's op entry, xsp_rec_begin_l: its fast path (name in the pointer cache, room in
+ * the chunk) and its slow path (first sighting, new chunk) give the same records as
+ * xsp_rec_begin, interleaved with the general entry's spans; names at a reused address are
+ * read again; keys keep 56 bits; a1 keeps 32 bits; thousands of ops cross chunk boundaries. */
+static void test_op_entry(void)
+{
+    char buf[16] = "aten::add";
+    char err[256];
+    xsp_clock_set_fake(100, 1);
+    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);                 /* 100 */
+    begin(XSP_KIND_REGION, "r", 1);                                       /* 101 */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, "fc", 2, "Linear", 6, 2, -1, 0);   /* 102 */
+    uint64_t top = UINT64_C(0xAB) << 56;          /* dropped: keys keep their low 56 bits */
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::linear", top | 3, INT64_C(1) << 40, 7);    /* 103 */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 4, 9, 7);                           /* 104, miss */
+    xsp_rec_end(4, 0);                                                    /* 105 */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 5, 10, 7);                          /* 106, hit */
+    xsp_rec_end(5, 0);                                                    /* 107 */
+    strcpy(buf, "aten::mul");                     /* same address, other bytes */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);                /* 108 */
+    xsp_rec_end(6, 0);                                                    /* 109 */
+    xsp_rec_end(3, 0);                            /* top bits differ: still its end, 110 */
+    xsp_rec_begin_l(XSP_KIND_BACKWARD, "MulBackward0", 8, 11, 0xFFFFFFFFu);  /* 111 */
+    xsp_rec_end(8, 0);                                                    /* 112 */
+    xsp_rec_end(2, 0);                                                    /* 113 */
+    const uint64_t n = 10000;                     /* 3 log chunks of ops */
+    for (uint64_t i = 0; i < n; i++) {
+        xsp_rec_begin_l(XSP_KIND_OP, "aten::relu", 100 + i, (int64_t)i, 1);
+        xsp_rec_end(100 + i, 0);
+    }
+    xsp_rec_end(1, 0);
+    xsp_trace *t = stop();
+    xsp_clock_set_fake(0, 0);
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 7 + n);
+    static const char *names[] = {"r", "fc", "aten::linear", "aten::add", "aten::add",
+                                  "aten::mul", "MulBackward0"};
+    static const uint32_t parents[] = {XSP_NO_PARENT, 0, 1, 2, 2, 2, 1};
+    static const uint64_t starts[] = {101, 102, 103, 104, 106, 108, 111};
+    static const uint64_t ends[] = {114 + 2 * n, 113, 110, 105, 107, 109, 112};
+    for (uint32_t i = 0; i < 7; i++) {
+        CHECK(strcmp(name_of(t, i), names[i]) == 0);
+        CHECK_EQ_U(t->spans[i].parent, parents[i]);
+        CHECK_EQ_U(t->spans[i].start_ns, starts[i]);
+        CHECK_EQ_U(t->spans[i].end_ns, ends[i]);
+        CHECK_EQ_U(t->spans[i].flags, 0);
+        CHECK_EQ_U(t->spans[i].level, i == 0 ? XSP_LEVEL_M : XSP_LEVEL_L);
+    }
+    CHECK(strcmp(attr_str(t, 1, "type"), "Linear") == 0);
+    CHECK_EQ_U(attr_int(t, 2, "seq", -1), UINT64_C(1) << 40);
+    CHECK_EQ_U(attr_int(t, 5, "seq", -1), 11);
+    CHECK_EQ_U(attr_int(t, 6, "fwd_op", -1), 5);   /* seq 11 on thread 2^32-1: aten::mul */
+    CHECK_EQ_U(t->spans[6].kind, XSP_KIND_BACKWARD);
+    uint32_t bad = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const xsp_span *s = &t->spans[7 + i];
+        bad += s->parent != 0 || s->start_ns != 114 + 2 * i || s->end_ns != 115 + 2 * i
+               || s->kind != XSP_KIND_OP || attr_int(t, (uint32_t)(7 + i), "seq", -1) != (int64_t)i
+               || strcmp(name_of(t, (uint32_t)(7 + i)), "aten::relu") != 0;
+    }
+    CHECK_EQ_U(bad, 0);
     xsp_trace_free(t);
 }
 
@@ -688,6 +756,7 @@ static void test_add_span_attrs(void)
 int main(void)
 {
     test_name_cache();
+    test_op_entry();
     test_real_clock();
     test_strtab();
     test_nesting_exact();
