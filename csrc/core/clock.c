@@ -76,6 +76,11 @@ xsp_clock_map xsp_clock_calibrate(void)
     return m;
 }
 
+__attribute__((noinline)) uint64_t xsp_clock_ns_call(void)
+{
+    return xsp_clock_ns();
+}
+
 void xsp_clock_set_fake(uint64_t start, uint64_t step)
 {
     xsp_clock_init();

@@ -40,6 +40,9 @@ static inline uint64_t xsp_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* xsp_clock_ns() out of line: the hot path's rare branch, kept out of its frame. */
+uint64_t xsp_clock_ns_call(void);
+
 /* The recording clock in ticks (see above). Cannot fail; thread-safe; no allocation. */
 static inline uint64_t xsp_clock_ticks(void)
 {
@@ -47,7 +50,7 @@ static inline uint64_t xsp_clock_ticks(void)
     if (__builtin_expect(atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed), 1))
         return __rdtsc();
 #endif
-    return xsp_clock_ns();
+    return xsp_clock_ns_call();
 }
 
 /* A linear map from ticks to ns: ns = ns0 + (ticks - t0) * ns_per_tick; identity when

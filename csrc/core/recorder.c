@@ -66,6 +66,9 @@ static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
                                                     the thread lives */
+static _Atomic uint32_t g_name_epoch = 1;        /* bumped by xsp_rec_names_changed; slots
+                                                    filled at another epoch (or 0) compare
+                                                    the bytes */
 static uint8_t g_nochunk[2];                     /* wp = g_nochunk + 1 > wend = g_nochunk:
                                                     "no room", so the next event takes the
                                                     slow path, which finds a chunk */
@@ -170,9 +173,11 @@ static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
     xsp_strtab_clear(&tb->names);
     memset(tb->ncache, 0, sizeof tb->ncache);
     tb->names_bytes = xsp_strtab_bytes(&tb->names);   /* only growth is charged to the cap */
-    /* the fast path skips the busy fence's seq_cst half (membarrier), the hooks, the cap
-     * checks and the reset: it may run only when all of those are moot */
-    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop ? gen : 0;
+    /* the fast paths skip the busy fence's seq_cst half (membarrier), the hooks, the cap
+     * checks and the reset, and read the TSC: they may run only when all of those are moot */
+    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop
+                           && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
+                       ? gen : 0;
 }
 
 /* Charges n bytes to the session cap. Returns 1 if within the cap, else 0 (nothing charged). */
@@ -282,23 +287,31 @@ static inline xsp_name_slot *name_slot(xsp_tbuf *tb, const char *s)
 static inline int name_hit(const xsp_tbuf *tb, const xsp_name_slot *slot, const char *s)
 {
     return slot->ptr == s
-           && strncmp(s, tb->names.arena + tb->names.offs[slot->id], (size_t)slot->len + 1) == 0;
+           && strncmp(s, tb->names.arena + tb->names.offs[slot->id],
+                      (size_t)tb->names.lens[slot->id] + 1) == 0;
 }
 
 /* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost.
- * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first. */
-static uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len)
+ * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first; stable:
+ * the caller passed XSP_NAME_STABLE, so the slot may skip the comparison until the epoch
+ * changes. */
+static uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len, int stable)
 {
     xsp_name_slot *slot = NULL;
+    uint32_t epoch = 0;
     if (len == XSP_NAME_NUL) {
+        /* the epoch before the bytes are read: a change after it invalidates the slot */
+        epoch = stable ? atomic_load_explicit(&g_name_epoch, memory_order_acquire) : 0;
         slot = name_slot(tb, s);
-        if (name_hit(tb, slot, s))
+        if (name_hit(tb, slot, s)) {
+            slot->epoch = epoch;
             return slot->id;
+        }
         len = strlen(s);
     }
     uint32_t id = tbuf_intern(tb, s, len);
     if (slot && id != UINT32_MAX)
-        *slot = (xsp_name_slot){.ptr = s, .id = id, .len = (uint32_t)tb->names.lens[id]};
+        *slot = (xsp_name_slot){.ptr = s, .id = id, .epoch = epoch};
     return id;
 }
 
@@ -413,9 +426,11 @@ begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const
     if (!tb->capped && tb->wp > tb->wend && tbuf_new_chunk(tb) != 0)
         tb->capped = 1;
     uint32_t nid = 0, nid2 = 0;
+    int stable = (kind & XSP_NAME_STABLE) != 0;
+    kind &= (uint8_t)~XSP_NAME_STABLE;
     if (!tb->capped) {
-        nid = tbuf_name(tb, name, name_len);
-        nid2 = name2 ? tbuf_name(tb, name2, name2_len) : 0;
+        nid = tbuf_name(tb, name, name_len, stable);
+        nid2 = name2 ? tbuf_name(tb, name2, name2_len, 0) : 0;
         if (nid == UINT32_MAX || nid2 == UINT32_MAX)
             tb->capped = 1;                  /* the names no longer fit either */
     }
@@ -446,10 +461,40 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
     begin_slow(level, kind, name, name_len, name2, name2_len, key, a0, a1);
 }
 
-/* The op entry.  The fast path: a buffer reset for this session with room for the event, and
- * the name found in the pointer cache; then a begin is five stores and a clock reading. */
+/* The op entry's slow path: the bytes of a cached name are compared (names that are not
+ * stable, or seen at another epoch), the fake clock is read, a chunk is found, the GPU hooks
+ * are called; begins that need none of the general path's work are written here. */
+static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *name, uint64_t key,
+                                                   int64_t a0, int64_t a1)
+{
+    xsp_tbuf *tb = enter();
+    if (!tb)
+        return;
+    int stable = (kind & XSP_NAME_STABLE) != 0;
+    if (tb->wp <= tb->wend && !tb->capped && !g_hooks.push) {
+        uint32_t epoch = stable ? atomic_load_explicit(&g_name_epoch, memory_order_acquire) : 0;
+        xsp_name_slot *slot = name_slot(tb, name);
+        if (name_hit(tb, slot, name)) {
+            slot->epoch = epoch;
+            uint8_t *p = tb->wp;
+            tb->wp = p + 32;
+            put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
+                      slot->id | (uint64_t)(uint32_t)a1 << 32, xsp_clock_ticks());
+            leave(tb);
+            return;
+        }
+    }
+    leave(tb);
+    begin_slow(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+}
+
+/* The op entry.  The fast path (x86-64, the TSC as clock): a buffer reset for this session with
+ * room for the event, and a stable name found at its address in the pointer cache at the
+ * current epoch; then a begin is four stores and an rdtsc, and the function needs no stack
+ * frame (everything else is a tail call). */
 void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
+#if defined(__x86_64__)
     xsp_tbuf *tb = tls_tb;
     if (__builtin_expect(tb != NULL, 1)) {
         /* the busy handshake of enter(), membarrier flavour (fast_gen is 0 without it) */
@@ -458,18 +503,22 @@ void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, i
         uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
         if (__builtin_expect(gen == tb->fast_gen, 1)) {
             uint8_t *p = tb->wp;
-            xsp_name_slot *slot = name_slot(tb, name);
-            if (__builtin_expect(p <= tb->wend && name_hit(tb, slot, name), 1)) {
+            const xsp_name_slot *slot = name_slot(tb, name);
+            if (__builtin_expect(p <= tb->wend && slot->ptr == name && (kind & XSP_NAME_STABLE)
+                                 && slot->epoch == atomic_load_explicit(&g_name_epoch,
+                                                                        memory_order_relaxed),
+                                 1)) {
                 tb->wp = p + 32;
-                put_begin(p, (key & XSP_EV_KEY_MASK) | begin_tag(XSP_LEVEL_L, kind), a0,
-                          slot->id | (uint64_t)(uint32_t)a1 << 32, xsp_clock_ticks());
+                put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
+                          slot->id | (uint64_t)(uint32_t)a1 << 32, __rdtsc());
                 atomic_store_explicit(&tb->busy, 0, memory_order_release);
                 return;
             }
         }
         atomic_store_explicit(&tb->busy, 0, memory_order_release);
     }
-    begin_slow(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+#endif
+    begin_l_slow(kind, name, key, a0, a1);
 }
 
 /* The slow path of an end. */
@@ -526,6 +575,51 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
         atomic_store_explicit(&tb->busy, 0, memory_order_release);
     }
     end_slow(key, flags, now);
+}
+
+/* The op exit's slow path; tsc: the TSC read on entry, the end time if the TSC is the clock. */
+static __attribute__((noinline)) void end_l_slow(uint64_t key, uint64_t tsc)
+{
+    uint64_t now = atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
+                       ? tsc : xsp_clock_ticks();
+    end_slow(key, 0, now);
+}
+
+/* The op exit.  The fast path (as the op entry's): two stores after an rdtsc, no frame. */
+void xsp_rec_end_l(uint64_t key)
+{
+#if defined(__x86_64__)
+    uint64_t now = __rdtsc();   /* first, so the bookkeeping below is outside the span */
+    xsp_tbuf *tb = tls_tb;
+    if (__builtin_expect(tb != NULL, 1)) {
+        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+        if (__builtin_expect(gen == tb->fast_gen, 1)) {
+            uint8_t *p = tb->wp;
+            if (__builtin_expect(p <= tb->wend, 1)) {
+                uint64_t *w = (uint64_t *)(void *)p;
+                w[0] = now;
+                w[1] = key | (uint64_t)XSP_EV_END << 56;
+                tb->wp = p + 16;
+                atomic_store_explicit(&tb->busy, 0, memory_order_release);
+                return;
+            }
+        }
+        atomic_store_explicit(&tb->busy, 0, memory_order_release);
+    }
+#else
+    uint64_t now = 0;
+#endif
+    end_l_slow(key, now);
+}
+
+void xsp_rec_names_changed(void)
+{
+    /* 0 marks slots that are not stable: the epoch skips it when it wraps (after 2^32
+     * registrations, so a slot's epoch could only repeat across 2^32 of them) */
+    if (atomic_fetch_add_explicit(&g_name_epoch, 1, memory_order_release) == UINT32_MAX)
+        atomic_fetch_add_explicit(&g_name_epoch, 1, memory_order_release);
 }
 
 uint64_t xsp_rec_now(void)

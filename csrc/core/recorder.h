@@ -75,18 +75,33 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
  * and RecordFunction thread id).  Never fails visibly: when not recording it does nothing;
  * when out of memory or depth it counts the span as lost.  No lock; no allocation in steady
  * state; safe from any thread.  name_len may be XSP_NAME_NUL for a NUL-terminated name: a
- * name passed again at the same address is then found without hashing. */
+ * name passed again at the same address is then found without hashing.  key: only its low
+ * 56 bits count. */
 void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
                    const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
 
 /* Hot path.  xsp_rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1): the
  * torch shim's entry for ops, with the constants folded (five arguments, all in registers).
- * Same guarantees as xsp_rec_begin. */
+ * key must be below 2^56 (an address is); a1 is kept as 32 bits.  kind may carry
+ * XSP_NAME_STABLE: the caller guarantees that the bytes at name stay unchanged until the next
+ * xsp_rec_names_changed(), so a name seen at this address since then is taken without
+ * reading it.  Same guarantees as xsp_rec_begin. */
+#ifndef XSP_NAME_STABLE
+#define XSP_NAME_STABLE 0x80u
+#endif
 void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
 
 /* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
- * (e.g. XSP_FLAG_ELIDE) into it.  Same guarantees as xsp_rec_begin. */
+ * (e.g. XSP_FLAG_ELIDE, below 64) into it.  Same guarantees as xsp_rec_begin. */
 void xsp_rec_end(uint64_t key, uint32_t flags);
+
+/* Hot path.  xsp_rec_end(key, 0) for a key below 2^56: the torch shim's exit for ops. */
+void xsp_rec_end_l(uint64_t key);
+
+/* Tells the recorder that names passed with XSP_NAME_STABLE may have changed (an operator was
+ * registered or deregistered): each is read again when next seen.  Thread-safe, lock-free,
+ * cannot fail. */
+void xsp_rec_names_changed(void);
 
 /* Optional calls made on the hot path for every span begun / ended while set: the GPU source
  * pushes the span's external id as a CUPTI external correlation id (kind CUSTOM2) so that GPU

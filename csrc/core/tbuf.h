@@ -54,13 +54,16 @@ typedef struct xsp_rec {
 } xsp_rec;
 
 /* A direct-mapped cache of names passed NUL-terminated (the shim's): pointer -> id, hit only
- * when the bytes at the pointer still equal the interned copy, so a reused pointer is safe. */
+ * when the bytes at the pointer still equal the interned copy, so a reused pointer is safe;
+ * for a name its caller declares stable (XSP_NAME_STABLE), when no operator was registered or
+ * deregistered since the bytes were last compared (the names epoch is unchanged). */
 #define XSP_NAME_CACHE 256u
 typedef struct xsp_name_slot {
     const char *ptr;    /* the caller's pointer, NULL = empty */
     uint32_t id;        /* local name id */
-    uint32_t len;       /* length of the name */
-} xsp_name_slot;
+    uint32_t epoch;     /* low 32 bits of the names epoch when a XSP_NAME_STABLE name was
+                         * checked here; 0 = not stable (the bytes are compared at every hit) */
+} xsp_name_slot;        /* 16 bytes: the slot's address is one shift away from its index */
 
 /* An open span on the hook stack (G sessions only: the pushes and pops of external ids). */
 typedef struct xsp_hook_open {

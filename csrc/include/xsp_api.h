@@ -17,7 +17,11 @@
 #ifndef XSP_NAME_NUL
 #define XSP_NAME_NUL ((size_t)-1)   /* rec_begin name_len: NUL-terminated, cache by pointer */
 #endif
-#define XSP_CORE_API_VERSION 2
+#ifndef XSP_NAME_STABLE
+#define XSP_NAME_STABLE 0x80u       /* rec_begin_l kind flag: the name's bytes stay put until
+                                     * the next names_changed() (see recorder.h) */
+#endif
+#define XSP_CORE_API_VERSION 3
 
 typedef struct xsp_core_api {
     uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
@@ -30,6 +34,10 @@ typedef struct xsp_core_api {
     int (*session_active)(void);
     /* version 2: xsp_rec_begin_l, the shim's op entry */
     void (*rec_begin_l)(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
+    /* version 3: xsp_rec_end_l, the shim's op exit; xsp_rec_names_changed, called by the
+     * shim when an operator is registered or deregistered (see XSP_NAME_STABLE) */
+    void (*rec_end_l)(uint64_t key);
+    void (*names_changed)(void);
 } xsp_core_api;
 
 #endif

@@ -29,6 +29,8 @@ static const xsp_core_api core_api = {
     .rec_now = xsp_rec_now,
     .session_active = xsp_session_active,
     .rec_begin_l = xsp_rec_begin_l,
+    .rec_end_l = xsp_rec_end_l,
+    .names_changed = xsp_rec_names_changed,
 };
 
 static xsp_core_state *xsp_state(PyObject *mod)

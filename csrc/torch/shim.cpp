@@ -37,6 +37,7 @@ extern "C" {
 #include "core/trace.h"  /* XSP_LEVEL_L, XSP_KIND_*: only the enums are used */
 }
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
@@ -45,16 +46,22 @@ extern "C" {
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <variant>
 
 namespace {
 
-using begin_fn = void (*)(uint8_t, const char *, uint64_t, int64_t, int64_t);   /* rec_begin_l */
-using end_fn = void (*)(uint64_t, uint32_t);
+/* noexcept: the core's functions are C and cannot throw, so the callbacks can tail-call them */
+using begin_fn = void (*)(uint8_t, const char *, uint64_t, int64_t, int64_t) noexcept;
+using end_fn = void (*)(uint64_t) noexcept;                 /* rec_end_l */
+using changed_fn = void (*)() noexcept;                     /* names_changed */
 
 /* Set at attach, never cleared (see the lifetime note above). */
 std::atomic<begin_fn> g_begin{nullptr};  /* the core's rec_begin_l, null before the first attach */
-std::atomic<end_fn> g_end{nullptr};      /* the core's rec_end, null before the first attach */
+std::atomic<end_fn> g_end{nullptr};      /* the core's rec_end_l, null before the first attach */
+std::atomic<changed_fn> g_changed{nullptr};  /* the core's names_changed */
 
 /* Protected by g_lock: written by attach/detach only. */
 std::mutex g_lock;                        /* serialises attach and detach */
@@ -68,17 +75,87 @@ void set_err(char *err, size_t errlen, const char *msg) noexcept
         std::snprintf(err, errlen, "%s", msg);
 }
 
-uint8_t kind_of(at::RecordScope scope) noexcept
+/* RecordScope -> xsp kind, for the three scopes we register (others cannot reach us). */
+constexpr uint8_t kind_for(size_t scope) noexcept
 {
-    switch (scope) {
-    case at::RecordScope::BACKWARD_FUNCTION:
-        return XSP_KIND_BACKWARD;
-    case at::RecordScope::USER_SCOPE:
-        return XSP_KIND_SCOPE;
-    default:                               /* FUNCTION: the only other scope we register */
-        return XSP_KIND_OP;
-    }
+    return scope == static_cast<size_t>(at::RecordScope::BACKWARD_FUNCTION) ? XSP_KIND_BACKWARD
+           : scope == static_cast<size_t>(at::RecordScope::USER_SCOPE)    ? XSP_KIND_SCOPE
+                                                                           : XSP_KIND_OP;
 }
+
+constexpr size_t N_SCOPES = static_cast<size_t>(at::RecordScope::NUM_SCOPES);
+
+/* kind_for as a table: one load on the hot path instead of compares */
+struct kind_table {
+    uint8_t k[N_SCOPES];
+    constexpr kind_table() : k()
+    {
+        for (size_t i = 0; i < N_SCOPES; i++)
+            k[i] = kind_for(i);
+    }
+};
+constexpr kind_table KINDS{};
+
+inline uint8_t kind_of(at::RecordScope scope) noexcept
+{
+    size_t i = static_cast<size_t>(scope);
+    return i < N_SCOPES ? KINDS.k[i] : static_cast<uint8_t>(XSP_KIND_OP);
+}
+
+/*
+ * Stable names.  RecordFunction::name() is an out-of-line call that returns either the
+ * dispatcher's schema name (an operator called through the dispatcher: the string lives in
+ * the operator's registration, unchanged until the operator is deregistered) or a copy the
+ * RecordFunction owns (user scopes, backward nodes, RECORD_FUNCTION with a string: freed at
+ * its end, and its address soon reused for other bytes).  Only the first kind may skip the
+ * core's byte comparison (XSP_NAME_STABLE), and only while no operator is registered or
+ * deregistered: a registration listener tells the core (names_changed) whenever one is.
+ *
+ * Which kind a RecordFunction holds is in its private member fn_ (a std::variant of the two).
+ * It is read through a pointer to member obtained by explicit template instantiation, which
+ * the standard exempts from access checking ([temp.spec.general]/6): no layout is assumed, the
+ * compiler checks the member's name and type against the torch headers xsp is built with.
+ * Torch versions whose fn_ we have not checked (XSP_TORCH_FN_CHECKED) use name() and never
+ * pass XSP_NAME_STABLE.
+ */
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4
+#define XSP_TORCH_FN_CHECKED 1
+using fn_variant = std::variant<std::string, at::RecordFunction::schema_ref_t>;
+using fn_member = fn_variant at::RecordFunction::*;
+
+struct fn_tag {
+    friend fn_member fn_member_of(fn_tag) noexcept;
+};
+
+template <fn_member M>
+struct fn_steal {
+    friend fn_member fn_member_of(fn_tag) noexcept { return M; }
+};
+
+template struct fn_steal<&at::RecordFunction::fn_>;
+#else
+#define XSP_TORCH_FN_CHECKED 0
+#endif
+
+/* Tells the core when operator names may have moved: every (de)registration bumps its epoch. */
+class names_listener final : public c10::OpRegistrationListener {
+public:
+    void onOperatorRegistered(const c10::OperatorHandle &) override { bump(); }
+    void onOperatorDeregistered(const c10::OperatorHandle &) override { bump(); }
+
+private:
+    static void bump() noexcept
+    {
+        changed_fn f = g_changed.load(std::memory_order_acquire);
+        if (f != nullptr)
+            f();
+    }
+};
+
+/* XSP_NAME_STABLE once the listener is registered (for the process's life: never removed,
+ * since the dispatcher may outlive or predecease us at exit), 0 before: ORed into the kind of
+ * schema-named ops.  Written under g_lock, read lock-free. */
+std::atomic<uint8_t> g_stable_bit{0};
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noexcept
 {
@@ -87,16 +164,27 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noex
         if (begin == nullptr)
             return nullptr;
         at::RecordScope scope = fn.scope();
-        const char *name = fn.name();
+        uint8_t kind = kind_of(scope);
+        const char *name;
+#if XSP_TORCH_FN_CHECKED
+        const fn_variant &v = fn.*fn_member_of(fn_tag{});
+        if (const auto *schema = std::get_if<at::RecordFunction::schema_ref_t>(&v)) {
+            name = schema->get().name().c_str();
+            kind |= g_stable_bit.load(std::memory_order_relaxed);
+        } else {
+            name = std::get<std::string>(v).c_str();
+        }
+#else
+        name = fn.name();
         if (name == nullptr)
             name = "";
+#endif
         uint64_t tid = scope == at::RecordScope::BACKWARD_FUNCTION ? fn.forwardThreadId()
                                                                    : fn.threadId();
         /* level L, a NUL-terminated name: the core finds a name it saw at this address
-         * without strlen or hashing (aten names live in the dispatcher), and checks the bytes
-         * still match. */
-        begin(kind_of(scope), name, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)),
-              fn.seqNr(), static_cast<int64_t>(tid));
+         * without strlen or hashing, and compares the bytes unless the name is stable. */
+        begin(kind, name, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)), fn.seqNr(),
+              static_cast<int64_t>(tid));
     } catch (...) {
         /* name() cannot throw in practice; if it ever does, the span is lost and its end is
          * counted as unmatched by the core. */
@@ -108,7 +196,7 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *) noexcept
 {
     end_fn end = g_end.load(std::memory_order_relaxed);
     if (end != nullptr)
-        end(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)), 0);
+        end(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)));
 }
 
 } // namespace
@@ -125,22 +213,33 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errle
             set_err(err, errlen, "xsp._torch: no core API table");
             return -1;
         }
-        size_t need = offsetof(xsp_core_api, rec_begin_l) + sizeof(api->rec_begin_l);
-        if (api->version < 2 || api->size < need) {
+        size_t need = offsetof(xsp_core_api, names_changed) + sizeof(api->names_changed);
+        if (api->version < 3 || api->size < need) {
             char msg[160];
             std::snprintf(msg, sizeof msg,
                           "xsp._torch: core API table too old (version %u, size %u; need "
-                          "version >= 2, size >= %zu): rebuild xsp",
+                          "version >= 3, size >= %zu): rebuild xsp",
                           (unsigned)api->version, (unsigned)api->size, need);
             set_err(err, errlen, msg);
             return -1;
         }
-        if (api->rec_begin_l == nullptr || api->rec_end == nullptr) {
-            set_err(err, errlen, "xsp._torch: core API table lacks rec_begin_l/rec_end");
+        if (api->rec_begin_l == nullptr || api->rec_end_l == nullptr
+            || api->names_changed == nullptr) {
+            set_err(err, errlen,
+                    "xsp._torch: core API table lacks rec_begin_l/rec_end_l/names_changed");
             return -1;
         }
-        g_begin.store(api->rec_begin_l, std::memory_order_release);
-        g_end.store(api->rec_end, std::memory_order_release);
+        /* the C functions cannot throw: their noexcept pointer types say so */
+        g_begin.store(reinterpret_cast<begin_fn>(api->rec_begin_l), std::memory_order_release);
+        g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);
+        g_changed.store(reinterpret_cast<changed_fn>(api->names_changed),
+                        std::memory_order_release);
+        if (XSP_TORCH_FN_CHECKED && !g_stable_bit.load(std::memory_order_relaxed)) {
+            /* leaked on purpose: the handle's destructor would touch the dispatcher at exit */
+            new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
+                std::make_unique<names_listener>()));
+            g_stable_bit.store(XSP_NAME_STABLE, std::memory_order_release);
+        }
         at::CallbackHandle h = at::addGlobalCallback(
             at::RecordFunctionCallback(on_start, on_end)
                 .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
