@@ -504,7 +504,10 @@ void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, i
         if (__builtin_expect(gen == tb->fast_gen, 1)) {
             uint8_t *p = tb->wp;
             const xsp_name_slot *slot = name_slot(tb, name);
-            if (__builtin_expect(p <= tb->wend && slot->ptr == name && (kind & XSP_NAME_STABLE)
+            /* a slot's epoch is nonzero only if a stable name filled it: its bytes cannot
+             * have changed at this address without an operator (de)registration since, which
+             * moves the epoch on; so the caller's own flag need not be tested */
+            if (__builtin_expect(p <= tb->wend && slot->ptr == name
                                  && slot->epoch == atomic_load_explicit(&g_name_epoch,
                                                                         memory_order_relaxed),
                                  1)) {

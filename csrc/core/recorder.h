@@ -2,22 +2,24 @@
  * recorder.h: the recording session and the hot path that every CPU-side recorder calls.
  *
  * One session at a time per process.  Each thread that records gets its own buffer (tbuf.h):
- * append-only chunks of fixed-size records plus a stack of open spans, touched only by that
- * thread, so a begin or end takes no lock and, once the thread's first chunk and names exist,
- * allocates nothing.  Parents come from that stack at record time.
+ * an append-only log of begin and end events, touched only by that thread, so a begin or end
+ * takes no lock and, once the thread's first chunk and names exist, allocates nothing.  The
+ * hot path only appends; at stop the log is replayed (replay.c) into spans with parents.
  *
  * Begin/end pairs are matched by a caller-chosen key (the RecordFunction's address for ops, a
- * token for Python-recorded spans): an end pops the innermost open span with its key; spans
- * still open above it are closed at the same time and flagged XSP_FLAG_FORCED_END; an end
- * whose key is not open (an op that started before the session) is counted, not recorded.
+ * token for Python-recorded spans; only the low 56 bits count): an end closes the innermost
+ * open span with its key; spans still open above it are closed at the same time and flagged
+ * XSP_FLAG_FORCED_END; an end whose key is not open (an op that started before the session)
+ * is counted, not recorded.
  *
- * Memory is capped: records live in chunks reserved against config.max_bytes; once the cap is
- * reached, further spans are counted in "lost.cap" and the trace says so.  Nesting deeper than
+ * Memory is capped: the log lives in chunks reserved against config.max_bytes; once the cap
+ * is reached, further spans are counted in "lost.cap" and the trace says so (the ends of spans
+ * begun before that still find room, in small chunks past the cap).  Nesting deeper than
  * XSP_MAX_DEPTH is counted in "lost.depth".
  *
  * Stopping: xsp_session_stop() flips the global generation so that every later begin/end is a
  * no-op, waits for any thread inside a begin/end to leave it (a per-thread busy flag, Dekker
- * style with seq_cst, so the hot path needs no lock), then merges all buffers into one trace.
+ * style, so the hot path needs no lock), then replays and merges all buffers into one trace.
  */
 #ifndef XSP_RECORDER_H
 #define XSP_RECORDER_H

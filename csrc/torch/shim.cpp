@@ -83,23 +83,22 @@ constexpr uint8_t kind_for(size_t scope) noexcept
                                                                            : XSP_KIND_OP;
 }
 
-constexpr size_t N_SCOPES = static_cast<size_t>(at::RecordScope::NUM_SCOPES);
-
-/* kind_for as a table: one load on the hot path instead of compares */
+/* kind_for as a table over every value a RecordScope (an 8-bit enum) can hold: one load on
+ * the hot path, no compare */
 struct kind_table {
-    uint8_t k[N_SCOPES];
+    uint8_t k[256];
     constexpr kind_table() : k()
     {
-        for (size_t i = 0; i < N_SCOPES; i++)
+        for (size_t i = 0; i < 256; i++)
             k[i] = kind_for(i);
     }
 };
 constexpr kind_table KINDS{};
+static_assert(sizeof(at::RecordScope) == 1, "RecordScope is an 8-bit enum");
 
 inline uint8_t kind_of(at::RecordScope scope) noexcept
 {
-    size_t i = static_cast<size_t>(scope);
-    return i < N_SCOPES ? KINDS.k[i] : static_cast<uint8_t>(XSP_KIND_OP);
+    return KINDS.k[static_cast<uint8_t>(scope)];
 }
 
 /*
