@@ -9,7 +9,8 @@ xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module 
             warning) when torch is not importable, unless XSP_REQUIRE_TORCH=1.
 
 Environment:
-  XSP_DEV=1            warnings are errors, -O1 -g (the dev and test builds)
+  XSP_DEV=1            warnings are errors, -O2 -g (the dev and test builds: optimised as
+                       a release, so benchmarks of a dev install measure the real code)
   XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
   XSP_NO_CUPTI=1       build without level G even where CUPTI's headers exist
   XSP_MSGPACK_CFLAGS, XSP_MSGPACK_LIBS
@@ -53,7 +54,7 @@ def pkgconfig(names):
 
 
 WARN = ["-Wall", "-Wextra", "-Wstrict-prototypes", "-Wshadow", "-Wno-missing-field-initializers"]
-OPT = ["-O1", "-g", "-Werror"] if DEV else ["-O2"]
+OPT = ["-O2", "-g", "-Werror"] if DEV else ["-O2"]
 COMMON = ["-fvisibility=hidden", "-fno-strict-aliasing"]
 # TLS descriptors: the recorder's thread-local buffer pointer costs a few instructions instead
 # of a __tls_get_addr call per access in a dlopen()ed module (x86-64 only).
