@@ -37,7 +37,7 @@
 
 #define DEFAULT_CAP (1ull << 30)
 #define DEFAULT_POOL (4ull << 20)
-#define CHUNK_BYTES ((uint64_t)XSP_CHUNK_RECS * sizeof(xsp_rec))
+#define CHUNK_BYTES ((uint64_t)XSP_LOG_BYTES)
 
 typedef struct xsp_session {
     uint64_t gen;                /* generation while active (odd) */
@@ -156,6 +156,17 @@ static xsp_tbuf *tbuf_attach(void)
     return tb;
 }
 
+/* Sets tb->fast_gen: the fast paths skip the busy fence's seq_cst half (membarrier), the
+ * hooks, the cap and lost-span checks and the reset, and read the TSC, so they may run only
+ * when all of those are moot.  Called by the owner, busy set. */
+static void fast_update(xsp_tbuf *tb)
+{
+    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop
+                           && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
+                           && !tb->capped && !tb->ldepth && !tb->loverflow
+                       ? tb->gen : 0;
+}
+
 /* Called by the owner, busy set, when its contents belong to an older session (whose stop
  * released its chunks). */
 static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
@@ -166,18 +177,15 @@ static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
     tb->wend = g_nochunk;
     tb->nb = 0;
     tb->capped = 0;
-    tb->cap_open = 0;
+    tb->ldepth = 0;
+    tb->loverflow = 0;
     tb->lost_cap = tb->lost_end = 0;
     tb->hdepth = 0;
     tb->hoverflow = 0;
     xsp_strtab_clear(&tb->names);
     memset(tb->ncache, 0, sizeof tb->ncache);
     tb->names_bytes = xsp_strtab_bytes(&tb->names);   /* only growth is charged to the cap */
-    /* the fast paths skip the busy fence's seq_cst half (membarrier), the hooks, the cap
-     * checks and the reset, and read the TSC: they may run only when all of those are moot */
-    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop
-                           && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
-                       ? gen : 0;
+    fast_update(tb);
 }
 
 /* Charges n bytes to the session cap. Returns 1 if within the cap, else 0 (nothing charged). */
@@ -354,7 +362,7 @@ static inline void leave(xsp_tbuf *tb)
 
 static inline uint64_t begin_tag(uint8_t level, uint8_t kind)
 {
-    return (uint64_t)(XSP_EV_BEGIN | ((unsigned)level << 4) | kind) << 56;
+    return (uint64_t)(XSP_EV_BEGIN | ((level & 3u) << 4) | (kind & 15u)) << 56;
 }
 
 /* Writes a begin event at p (room checked). */
@@ -413,6 +421,41 @@ static void hook_end(xsp_tbuf *tb, uint64_t key)
     tb->hdepth = d - 1;
 }
 
+/* A begin that cannot be recorded (cap): counted, and its key kept so that its end, and only
+ * its end, is skipped too. */
+static void lose_begin(xsp_tbuf *tb, uint64_t key)
+{
+    tb->lost_cap++;
+    if (!tb->lstack)
+        tb->lstack = malloc(XSP_MAX_DEPTH * sizeof *tb->lstack);
+    if (tb->lstack && tb->ldepth < XSP_MAX_DEPTH)
+        tb->lstack[tb->ldepth++] = key;
+    else
+        tb->loverflow++;          /* as past the depth limit: the next unknown end is its */
+    tb->fast_gen = 0;
+}
+
+/* An end while lost spans are open: 1 if it is the end of one (then it is not written; lost
+ * spans above it end with it), 0 if it must be written. */
+static int lost_end_of(xsp_tbuf *tb, uint64_t key)
+{
+    uint32_t d = tb->ldepth;
+    while (d > 0 && tb->lstack[d - 1] != key)
+        d--;
+    int lost = 1;
+    if (d > 0) {
+        tb->ldepth = d - 1;
+        tb->loverflow = 0;
+    } else if (tb->loverflow) {
+        tb->loverflow--;
+    } else {
+        lost = 0;
+    }
+    if (!tb->ldepth && !tb->loverflow)
+        fast_update(tb);
+    return lost;
+}
+
 /* The slow path of both begins: everything the fast path leaves out. */
 static __attribute__((noinline)) void
 begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const char *name2,
@@ -428,16 +471,16 @@ begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const
     uint32_t nid = 0, nid2 = 0;
     int stable = (kind & XSP_NAME_STABLE) != 0;
     kind &= (uint8_t)~XSP_NAME_STABLE;
-    if (!tb->capped) {
+    int lost = tb->capped;
+    if (!lost) {
         nid = tbuf_name(tb, name, name_len, stable);
         nid2 = name2 ? tbuf_name(tb, name2, name2_len, 0) : 0;
-        if (nid == UINT32_MAX || nid2 == UINT32_MAX)
-            tb->capped = 1;                  /* the names no longer fit either */
+        lost = nid == UINT32_MAX || nid2 == UINT32_MAX;   /* a new name past the cap */
     }
-    if (tb->capped) {
+    if (tb->capped)
         tb->fast_gen = 0;
-        tb->lost_cap++;
-        tb->cap_open++;
+    if (lost) {
+        lose_begin(tb, key);
     } else {
         uint64_t w3 = nid | (uint64_t)(name2 ? nid2 : (uint32_t)a1) << 32;
         uint64_t tag = begin_tag(level, kind) | (name2 ? (uint64_t)XSP_EV_NAME2 << 56 : 0);
@@ -470,6 +513,7 @@ static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *nam
     xsp_tbuf *tb = enter();
     if (!tb)
         return;
+    key &= XSP_EV_KEY_MASK;
     int stable = (kind & XSP_NAME_STABLE) != 0;
     if (tb->wp <= tb->wend && !tb->capped && !g_hooks.push) {
         uint32_t epoch = stable ? atomic_load_explicit(&g_name_epoch, memory_order_acquire) : 0;
@@ -504,10 +548,10 @@ void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, i
         if (__builtin_expect(gen == tb->fast_gen, 1)) {
             uint8_t *p = tb->wp;
             const xsp_name_slot *slot = name_slot(tb, name);
-            /* a slot's epoch is nonzero only if a stable name filled it: its bytes cannot
-             * have changed at this address without an operator (de)registration since, which
-             * moves the epoch on; so the caller's own flag need not be tested */
-            if (__builtin_expect(p <= tb->wend && slot->ptr == name
+            /* both the caller and the slot's filler vouch for the name (a slot's epoch is
+             * nonzero only if a stable name filled it): a string the dispatcher frees just
+             * after its deregistration listener ran is never taken for a user scope's */
+            if (__builtin_expect(p <= tb->wend && slot->ptr == name && (kind & XSP_NAME_STABLE)
                                  && slot->epoch == atomic_load_explicit(&g_name_epoch,
                                                                         memory_order_relaxed),
                                  1)) {
@@ -533,9 +577,8 @@ static __attribute__((noinline)) void end_slow(uint64_t key, uint32_t flags, uin
     key &= XSP_EV_KEY_MASK;
     if (__builtin_expect(g_hooks.pop != NULL, 0))
         hook_end(tb, key);
-    if (tb->capped && tb->cap_open) {
-        tb->cap_open--;                      /* the end of a span lost to the cap */
-        leave(tb);
+    if ((tb->ldepth || tb->loverflow) && lost_end_of(tb, key)) {
+        leave(tb);                           /* the end of a span lost to the cap */
         return;
     }
     if (tb->wp > tb->wend && (tb->capped || tbuf_new_chunk(tb) != 0)) {
@@ -619,10 +662,13 @@ void xsp_rec_end_l(uint64_t key)
 
 void xsp_rec_names_changed(void)
 {
-    /* 0 marks slots that are not stable: the epoch skips it when it wraps (after 2^32
-     * registrations, so a slot's epoch could only repeat across 2^32 of them) */
-    if (atomic_fetch_add_explicit(&g_name_epoch, 1, memory_order_release) == UINT32_MAX)
-        atomic_fetch_add_explicit(&g_name_epoch, 1, memory_order_release);
+    /* 0 marks slots that are not stable: the epoch never takes it (it wraps past it after
+     * 2^32 registrations, so a slot's epoch could only repeat across 2^32 of them) */
+    uint32_t e = atomic_load_explicit(&g_name_epoch, memory_order_relaxed), next;
+    do {
+        next = e + 1 ? e + 1 : 1;
+    } while (!atomic_compare_exchange_weak_explicit(&g_name_epoch, &e, next,
+                                                    memory_order_release, memory_order_relaxed));
 }
 
 uint64_t xsp_rec_now(void)
@@ -730,6 +776,7 @@ static void reap_dead(void)
             free(tb->log_used);
             free(tb->chunks);
             free(tb->hstack);
+            free(tb->lstack);
             xsp_strtab_free(&tb->names);
             free(tb);
         } else {
@@ -780,7 +827,7 @@ int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err
     const char *lo = g_sess.pool, *hi = g_sess.pool + (size_t)g_sess.pool_n * CHUNK_BYTES;
     int replayed = bufs != NULL;
     for (uint32_t i = 0; replayed && i < n; i++)
-        replayed = xsp_tbuf_replay(bufs[i], stop_ticks, lo, hi) == 0;
+        replayed = xsp_tbuf_replay(bufs[i], stop_ticks, lo, hi, g_hooks.push != NULL) == 0;
     xsp_trace *t = replayed ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
                                     g_sess.adopt_roots, extra)
                         : NULL;

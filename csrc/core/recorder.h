@@ -74,7 +74,8 @@ int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
 /* Hot path.  Begins a span on the calling thread.  name/name_len: the span's name (need not be
  * NUL-terminated, copied on first sight); name2: an optional second string (a module's class)
  * or NULL; key: matched by xsp_rec_end; a0, a1: kind-specific integers (ops: sequence number
- * and RecordFunction thread id).  Never fails visibly: when not recording it does nothing;
+ * and RecordFunction thread id; a1 is kept as an unsigned 32-bit value, and only when name2
+ * is NULL).  Never fails visibly: when not recording it does nothing;
  * when out of memory or depth it counts the span as lost.  No lock; no allocation in steady
  * state; safe from any thread.  name_len may be XSP_NAME_NUL for a NUL-terminated name: a
  * name passed again at the same address is then found without hashing.  key: only its low

@@ -62,7 +62,8 @@ static int put_ord(xsp_tbuf *tb, uint32_t *cap, uint32_t idx)
     return 0;
 }
 
-int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi)
+int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi,
+                    int need_ord)
 {
     tb->n_chunks = 0;
     tb->slot = 0;
@@ -88,7 +89,7 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                 if (depth >= XSP_MAX_DEPTH) {
                     overflow++;
                     tb->lost_depth++;
-                    if (put_ord(tb, &ord_cap, parent) != 0) {
+                    if (need_ord && put_ord(tb, &ord_cap, parent) != 0) {
                         rc = -1;
                         break;
                     }
@@ -96,7 +97,7 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                 }
                 uint32_t idx;
                 xsp_rec *r = new_rec(tb, &idx);
-                if (!r || put_ord(tb, &ord_cap, idx) != 0) {
+                if (!r || (need_ord && put_ord(tb, &ord_cap, idx) != 0)) {
                     rc = -1;
                     break;
                 }

@@ -30,7 +30,7 @@
 #include "strtab.h"
 
 #define XSP_CHUNK_RECS 4096u
-#define XSP_LOG_BYTES ((uint32_t)(XSP_CHUNK_RECS * 48u))   /* bytes of a log chunk */
+#define XSP_LOG_BYTES (XSP_CHUNK_RECS * 48u)   /* bytes of a log chunk: 4096 begin+end pairs */
 #define XSP_NONE UINT32_MAX
 #define XSP_REC_HAS_CHILD 0x8000u   /* merge-time only: some record names this one as parent */
 
@@ -39,6 +39,7 @@
 #define XSP_EV_NAME2 0x40u         /* with XSP_EV_BEGIN: w3's high half is the second name */
 #define XSP_EV_END 0x40u           /* without XSP_EV_BEGIN: an end; low 6 bits: its flags */
 #define XSP_EV_KEY_MASK ((UINT64_C(1) << 56) - 1)
+_Static_assert(XSP_NKINDS <= 16 && XSP_NLEVELS <= 4, "kind and level fit a begin's tag");
 
 typedef struct xsp_rec {
     uint64_t start;     /* begin time, clock ticks (clock.h) */
@@ -77,7 +78,8 @@ typedef struct xsp_tbuf {
     uint8_t *wp;                /* next free byte of the current log chunk */
     uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
     uint64_t fast_gen;          /* == the session's generation when the fast path may run
-                                 * (buffer reset for it, membarrier, no hooks, not capped);
+                                 * (buffer reset for it, membarrier, no hooks, TSC clock, no
+                                 * chunk refused, no lost span open);
                                  * 0 otherwise */
     _Atomic int busy;           /* 1 while the owner is inside a begin/end (see stop) */
     _Atomic int dead;           /* set when the owning thread has exited */
@@ -92,7 +94,11 @@ typedef struct xsp_tbuf {
     uint8_t **log;              /* log chunks; owned (pool chunks are the session's) */
     uint32_t *log_used;         /* bytes used in each log chunk but the current one */
     uint32_t capped;            /* 1 once a chunk was refused (cap or memory): spans lost */
-    uint32_t cap_open;          /* lost begins (capped) whose ends are still to come */
+    uint32_t ldepth;            /* lost spans (cap) still open: their keys on lstack */
+    uint32_t loverflow;         /* lost spans still open past XSP_MAX_DEPTH of them */
+    uint32_t pad3;              /* unused */
+    uint64_t *lstack;           /* keys of open lost spans (their ends are not written);
+                                 * XSP_MAX_DEPTH entries, allocated at the first loss */
     uint64_t lost_cap;          /* spans not recorded because the memory cap was reached */
     uint64_t lost_end;          /* ends not recorded for want of memory (their spans show as
                                  * open at stop) */
@@ -130,11 +136,12 @@ static inline uint32_t xsp_tbuf_count(const xsp_tbuf *tb)
 }
 
 /* replay.c, at stop (busy clear, the session over): turns tb's event log into records
- * (chunks, ord2rec, the counters), ending spans still open at stop (ticks) with
- * XSP_FLAG_OPEN_AT_STOP, and frees the log chunks that are not in [pool_lo, pool_hi) as it
- * goes.  Returns 0, or -1 on allocation failure (tb then holds what was made; release frees
+ * (chunks, the counters, and ord2rec when need_ord: G sessions), ending spans still open at
+ * stop (ticks) with XSP_FLAG_OPEN_AT_STOP, and frees the log chunks that are not in
+ * [pool_lo, pool_hi) as it goes.  Returns 0, or -1 on allocation failure (tb then holds what was made; release frees
  * it). */
-int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi);
+int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi,
+                    int need_ord);
 
 /* merge.c: builds the merged trace from n buffers of one session; start and stop are the
  * session's clock readings (ticks), map converts ticks to ns.  Returns a new trace or NULL on

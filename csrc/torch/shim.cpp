@@ -4,7 +4,7 @@
  * One global at::RecordFunction callback, scopes FUNCTION, BACKWARD_FUNCTION and USER_SCOPE,
  * with inputs, outputs and ids switched off (each costs torch work per op).  The start
  * callback calls rec_begin_l(kind, name, ...) (level L) and returns no ObserverContext, so torch
- * allocates nothing for us per op; the end callback calls rec_end(key, 0).  The key is the
+ * allocates nothing for us per op; the end callback calls rec_end_l(key).  The key is the
  * address of the RecordFunction, which is the same object at start and at end and cannot be
  * shared by two RecordFunctions alive at once; the core matches begin and end per thread, so
  * an async RecordFunction that ends on another thread is counted as unmatched, not misfiled.

@@ -248,6 +248,87 @@ static void test_cap(void)
     xsp_trace_free(t);
 }
 
+/* Past the cap, only the ends of lost spans are skipped, matched by key: a recorded span that
+ * ends before a lost one keeps its own end (not force-ended, not open at stop), and a lost
+ * span whose end never comes eats no other end. */
+static void test_cap_lost_ends(void)
+{
+    char err[256];
+    xsp_config cfg = {.max_bytes = 4096 * 48, .pool_bytes = 4096 * 48};
+    for (int scenario = 0; scenario < 2; scenario++) {
+        xsp_clock_set_fake(100, 1);
+        CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);       /* 100 */
+        begin(XSP_KIND_OP, "A", 1);                                  /* 101 */
+        if (scenario == 1)
+            begin(XSP_KIND_OP, "C", 3);                              /* 102 */
+        for (uint64_t i = 0; i < 5000; i++) {   /* fills the chunk, then is lost */
+            begin(XSP_KIND_OP, "x", 10 + i);
+            xsp_rec_end(10 + i, 0);             /* every end reads the clock */
+        }
+        begin(XSP_KIND_OP, "B", 2);             /* lost: no clock reading */
+        if (scenario == 1)
+            xsp_rec_end(3, 0);                  /* C ends while lost B is open */
+        xsp_rec_end(1, 0);                      /* A ends before B */
+        if (scenario == 0)
+            xsp_rec_end(2, 0);                  /* B's end: skipped; in scenario 1 it never comes */
+        xsp_trace *t = stop();
+        xsp_clock_set_fake(0, 0);
+        if (!t)
+            return;
+        /* the chunk (196608 bytes, events written while 32 bytes remain) takes the begins of
+         * A (and C) and of 4095 x: with C, the last x's end goes to a chunk past the cap */
+        uint64_t rx = 4095, first = scenario == 0 ? 102 : 103;
+        CHECK_EQ_U(t->n_spans, 1 + scenario + rx);
+        CHECK_EQ_U(xsp_trace_counter(t, "lost.cap"), 5000 - rx + 1);
+        CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
+        CHECK_EQ_U(xsp_trace_counter(t, "open_at_stop"), 0);
+        CHECK_EQ_U(xsp_trace_counter(t, "forced_end"), 0);
+        /* readings: x recorded 2 each, lost x 1 each (its end); then C's end, then A's */
+        uint64_t after = first + 2 * rx + (5000 - rx);
+        CHECK(strcmp(name_of(t, 0), "A") == 0);
+        CHECK_EQ_U(t->spans[0].start_ns, 101);
+        CHECK_EQ_U(t->spans[0].end_ns, after + (uint64_t)scenario);
+        CHECK_EQ_U(t->spans[0].flags, 0);
+        if (scenario == 1) {
+            CHECK(strcmp(name_of(t, 1), "C") == 0);
+            CHECK_EQ_U(t->spans[1].end_ns, after);
+            CHECK_EQ_U(t->spans[1].flags, 0);
+        }
+        xsp_trace_free(t);
+    }
+}
+
+/* A name that no longer fits under the cap loses its span only: names already interned keep
+ * recording while the chunks have room. */
+static void test_cap_names(void)
+{
+    char err[256], nm[64];
+    xsp_config cfg = {.max_bytes = 4096 * 48 + 20000, .pool_bytes = 4096 * 48};
+    CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);
+    uint64_t k = 1;
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(nm, sizeof nm, "unique_name_number_%d", i);
+        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, nm, (size_t)n, NULL, 0, k, -1, 0);
+        xsp_rec_end(k++, 0);
+    }
+    for (int i = 0; i < 100; i++) {
+        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "unique_name_number_0", 20, NULL, 0, k, -1, 0);
+        xsp_rec_end(k++, 0);
+    }
+    xsp_trace *t = stop();
+    if (!t)
+        return;
+    int64_t lost = xsp_trace_counter(t, "lost.cap");
+    CHECK(lost > 0 && lost < 2000);                 /* some new names did not fit */
+    CHECK_EQ_U(t->n_spans + (uint64_t)lost, 2100);   /* every span recorded or counted */
+    uint32_t repeats = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++)
+        repeats += strcmp(name_of(t, i), "unique_name_number_0") == 0;
+    CHECK_EQ_U(repeats, 101);                       /* the first and all 100 repeats */
+    CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
+    xsp_trace_free(t);
+}
+
 /* Nesting deeper than XSP_MAX_DEPTH is counted and the ends still pair up. */
 static void test_depth(void)
 {
@@ -793,6 +874,8 @@ int main(void)
     test_forced_and_open();
     test_elide();
     test_cap();
+    test_cap_lost_ends();
+    test_cap_names();
     test_depth();
     test_threads();
     test_inactive();
