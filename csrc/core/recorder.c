@@ -211,10 +211,15 @@ static int log_push(xsp_tbuf *tb, uint8_t *chunk, uint32_t bytes)
         if (!u)
             return -1;
         tb->log_used = u;
+        u = realloc(tb->log_size, cap * sizeof *u);
+        if (!u)
+            return -1;
+        tb->log_size = u;
         tb->cap_log = cap;
     }
     if (tb->n_log)
         tb->log_used[tb->n_log - 1] = (uint32_t)(tb->wp - tb->log[tb->n_log - 1]);
+    tb->log_size[tb->n_log] = bytes;
     tb->log[tb->n_log++] = chunk;
     tb->wp = chunk;
     tb->wend = chunk + bytes - 32;
@@ -754,8 +759,11 @@ static void tbuf_release(xsp_tbuf *tb)
     tb->n_log = 0;
     tb->wp = g_nochunk + 1;
     tb->wend = g_nochunk;
-    for (uint32_t i = 0; i < tb->n_chunks; i++)
-        free(tb->chunks[i]);
+    for (uint32_t i = 0; i < tb->n_chunks; i++) {
+        char *c = (char *)tb->chunks[i];
+        if (!(c >= lo && c < hi))
+            free(c);
+    }
     tb->n_chunks = 0;
     tb->slot = 0;
     free(tb->ord2rec);
@@ -774,6 +782,7 @@ static void reap_dead(void)
             prev->next = tb->next;
             free(tb->log);
             free(tb->log_used);
+            free(tb->log_size);
             free(tb->chunks);
             free(tb->hstack);
             free(tb->lstack);

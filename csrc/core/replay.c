@@ -13,8 +13,9 @@
  * Each begin's rank maps to its record (or, past the depth limit, to its nearest recorded
  * ancestor) in ord2rec: the GPU's external ids name spans by that rank.
  *
- * Memory: log chunks are freed as soon as they are read (pool chunks stay with the pool), so
- * records and log together stay near the log's size.
+ * Memory: each log chunk, once read, becomes the next chunk of records (its pages were faulted
+ * in while recording: the replay touches almost no fresh memory), or is freed; so records and
+ * log together stay near the log's size.
  */
 #include <stdlib.h>
 
@@ -25,10 +26,21 @@ typedef struct open_span {
     uint32_t idx;       /* its record */
 } open_span;
 
+_Static_assert(XSP_LOG_BYTES == XSP_CHUNK_RECS * sizeof(xsp_rec),
+               "a log chunk, once read, is reused as a record chunk");
+
+/* Log chunks already read, whose memory (faulted in while recording) becomes record chunks:
+ * a span takes 48 bytes of log and 48 of record, so the log read so far nearly always holds
+ * the records made from it, and the replay touches no fresh page. */
+typedef struct spare_chunks {
+    uint8_t *c[2];        /* at most two wait: one chunk of records is made per chunk read */
+    uint32_t n;
+} spare_chunks;
+
 /* A new record at the end of tb's chunks; its index in *idx. NULL on OOM. */
-static xsp_rec *new_rec(xsp_tbuf *tb, uint32_t *idx)
+static xsp_rec *new_rec(xsp_tbuf *tb, spare_chunks *spare, uint32_t *idx)
 {
-    if (tb->n_chunks == 0 || tb->slot == XSP_CHUNK_RECS) {
+    if (__builtin_expect(tb->slot == XSP_CHUNK_RECS || tb->n_chunks == 0, 0)) {
         if (tb->n_chunks == tb->cap_chunks) {
             uint32_t cap = tb->cap_chunks ? tb->cap_chunks * 2 : 16;
             xsp_rec **c = realloc(tb->chunks, cap * sizeof *c);
@@ -37,7 +49,8 @@ static xsp_rec *new_rec(xsp_tbuf *tb, uint32_t *idx)
             tb->chunks = c;
             tb->cap_chunks = cap;
         }
-        xsp_rec *chunk = malloc((size_t)XSP_CHUNK_RECS * sizeof *chunk);
+        xsp_rec *chunk = spare->n ? (xsp_rec *)(void *)spare->c[--spare->n]
+                                  : malloc((size_t)XSP_CHUNK_RECS * sizeof *chunk);
         if (!chunk)
             return NULL;
         tb->chunks[tb->n_chunks++] = chunk;
@@ -76,6 +89,7 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
     if (tb->n_log)
         tb->log_used[tb->n_log - 1] = (uint32_t)(tb->wp - tb->log[tb->n_log - 1]);
     uint32_t depth = 0, overflow = 0, ord_cap = 0;
+    spare_chunks spare = {{NULL, NULL}, 0};
     int rc = 0;
     for (uint32_t c = 0; c < tb->n_log && rc == 0; c++) {
         const uint8_t *p = tb->log[c], *end = p + tb->log_used[c];
@@ -96,7 +110,7 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                     continue;
                 }
                 uint32_t idx;
-                xsp_rec *r = new_rec(tb, &idx);
+                xsp_rec *r = new_rec(tb, &spare, &idx);
                 if (!r || (need_ord && put_ord(tb, &ord_cap, idx) != 0)) {
                     rc = -1;
                     break;
@@ -141,11 +155,22 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                 depth = d - 1;
             }
         }
+        /* read: a full-size chunk becomes a spare (pool chunks too: records in them are not
+         * freed, see tbuf_release); a small one (ends past the cap) is freed */
         const char *chunk = (const char *)tb->log[c];
-        if (!(chunk >= pool_lo && chunk < pool_hi)) {
+        int pooled = chunk >= pool_lo && chunk < pool_hi;
+        if (tb->log_size[c] == XSP_LOG_BYTES && spare.n < 2) {
+            spare.c[spare.n++] = tb->log[c];
+            tb->log[c] = NULL;
+        } else if (!pooled) {
             free(tb->log[c]);
             tb->log[c] = NULL;
         }
+    }
+    while (spare.n) {               /* left over: back to malloc (or, pooled, to the pool) */
+        const char *chunk = (const char *)spare.c[--spare.n];
+        if (!(chunk >= pool_lo && chunk < pool_hi))
+            free(spare.c[spare.n]);
     }
     for (uint32_t d = 0; d < depth; d++) {
         xsp_rec *r = xsp_tbuf_rec(tb, stack[d].idx);

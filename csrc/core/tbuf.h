@@ -89,10 +89,12 @@ typedef struct xsp_tbuf {
     uint64_t tid;               /* OS thread id of the owner */
     uint32_t serial;            /* unique number of this buffer in the process (external ids) */
     uint32_t n_log;             /* log chunks in use (the last is the current one) */
-    uint32_t cap_log;           /* capacity of log and log_used */
+    uint32_t cap_log;           /* capacity of log, log_used and log_size */
     uint32_t nb;                /* begins written this session (G sessions: external ids) */
     uint8_t **log;              /* log chunks; owned (pool chunks are the session's) */
     uint32_t *log_used;         /* bytes used in each log chunk but the current one */
+    uint32_t *log_size;         /* bytes of each log chunk (XSP_LOG_BYTES, or a small chunk
+                                 * past the cap) */
     uint32_t capped;            /* 1 once a chunk was refused (cap or memory): spans lost */
     uint32_t ldepth;            /* lost spans (cap) still open: their keys on lstack */
     uint32_t loverflow;         /* lost spans still open past XSP_MAX_DEPTH of them */
@@ -109,7 +111,8 @@ typedef struct xsp_tbuf {
     xsp_hook_open *hstack;      /* G sessions: XSP_MAX_DEPTH entries, allocated on first use */
 
     /* filled at stop by xsp_tbuf_replay, read by the merge */
-    xsp_rec **chunks;           /* record chunks (XSP_CHUNK_RECS each); owned */
+    xsp_rec **chunks;           /* record chunks (XSP_CHUNK_RECS each; read log chunks reused,
+                                 * pool ones among them); owned */
     uint32_t n_chunks;          /* chunks in use */
     uint32_t cap_chunks;        /* capacity of chunks */
     uint32_t slot;              /* records used in the last chunk */
