@@ -608,6 +608,49 @@ static void test_op_entry(void)
         printf("  note: the TSC is not the clock here: the op entry's fast path was not run\n");
 }
 
+/* The G level's hooks with the op entry: every begin pushes its rank (the slow paths run), every
+ * end of a pushed span pops once, an end whose key is not open pops nothing. */
+static uint64_t hk_ids[8];
+static int hk_push, hk_pop;
+static void hk_push_fn(uint64_t id)
+{
+    if (hk_push < 8)
+        hk_ids[hk_push] = id;
+    hk_push++;
+}
+static void hk_pop_fn(void)
+{
+    hk_pop++;
+}
+
+static void test_op_entry_hooks(void)
+{
+    char err[256];
+    xsp_span_hooks hooks = {hk_push_fn, hk_pop_fn};
+    CHECK(xsp_rec_set_hooks(&hooks) == 0);
+    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::linear", 1, 0, 1);
+    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 2, 1, 1);
+    xsp_rec_end_l(2);
+    xsp_rec_end_l(77);                    /* not open: no pop */
+    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 3, 2, 1);
+    xsp_rec_end_l(1);                     /* closes 3 (forced) and 1: two pops */
+    xsp_trace *t = stop();
+    CHECK(xsp_rec_set_hooks(NULL) == 0);
+    CHECK_EQ_U(hk_push, 3);
+    CHECK_EQ_U(hk_pop, 3);
+    for (int i = 0; i < 3 && i < hk_push; i++)
+        CHECK_EQ_U((uint32_t)hk_ids[i], (uint32_t)i);   /* the begins' ranks */
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 3);
+    CHECK_EQ_U(t->spans[1].parent, 0);
+    CHECK_EQ_U(t->spans[2].parent, 0);
+    CHECK_EQ_U(t->spans[2].flags, XSP_FLAG_FORCED_END);
+    CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 1);
+    xsp_trace_free(t);
+}
+
 /* The real clock (TSC where the kernel trusts it): a 20 ms sleep measures as 20-200 ms. */
 static void test_real_clock(void)
 {
@@ -868,6 +911,7 @@ int main(void)
 {
     test_name_cache();
     test_op_entry();
+    test_op_entry_hooks();
     test_real_clock();
     test_strtab();
     test_nesting_exact();
