@@ -6,9 +6,11 @@ shared VM is not.  For each variant a child process runs 0 and N torch.add ops u
 Instructions are not time (rdtsc, cache misses and page faults cost differently), but they
 compare code paths exactly; bench_ops.py gives the wall-clock view.
 
-With --modules N it counts module calls instead: a chain of N identity modules called once
-(N module calls and one model call; the run with 0 calls the model alone), unprofiled, with
-empty global forward hooks, under xsp M and under xsp ML.
+With --modules N it counts module calls instead: a chain of N identity modules called
+MODEL_CALLS times (N module calls per model call; the run with 0 calls the model alone as
+often), unprofiled, with empty global forward hooks, under xsp M and under xsp ML.  Several
+model calls spread the once-per-child work (the first call's names map, the collector) and
+measure module spans in their steady state, as in a training loop.
 
     python benchmarks/bench_instr.py [--ops 20000] [--modules 0]
 """
@@ -22,10 +24,12 @@ import common
 
 VARIANTS = ("unprofiled", "floor", "torch.profiler", "xsp L")
 MODULE_VARIANTS = ("unprofiled", "global hooks", "xsp M", "xsp ML")
+MODEL_CALLS = 5   # model calls per child with --modules
 
 
 def child_modules(variant, n, total):
-    """Calls a chain of `total` identity modules, of which the first n run, once."""
+    """Calls a chain of `total` identity modules, of which the first n run, MODEL_CALLS
+    times."""
     import torch
     from torch import nn
 
@@ -59,7 +63,8 @@ def child_modules(variant, n, total):
     elif variant.startswith("xsp"):
         p = xsp.profile(levels=variant.split()[1])
         p.start()
-    model(x)
+    for _ in range(MODEL_CALLS):
+        model(x)
     os._exit(0)
 
 
@@ -172,13 +177,13 @@ def in_block_main(n):
 
 
 def modules_main(n):
-    print("per-module-call cost in instructions (callgrind), %d identity modules; %s"
-          % (n, common.machine()))
+    print("per-module-call cost in instructions (callgrind), %d identity modules, %d model "
+          "calls; %s" % (n, MODEL_CALLS, common.machine()))
     jobs = [(v, k) for v in MODULE_VARIANTS for k in (0, n)]
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=2) as pool:
         counts = dict(zip(jobs, pool.map(lambda j: instructions(j[0], j[1], False, n), jobs)))
-    per = {v: (counts[v, n] - counts[v, 0]) / n for v in MODULE_VARIANTS}
+    per = {v: (counts[v, n] - counts[v, 0]) / (n * MODEL_CALLS) for v in MODULE_VARIANTS}
     print("unprofiled: %.0f instructions per module call" % per["unprofiled"])
     for v in MODULE_VARIANTS[1:]:
         print("%-14s +%.0f instructions per module call" % (v, per[v] - per["unprofiled"]))
