@@ -381,6 +381,32 @@ static inline void put_begin(uint8_t *p, uint64_t key_tag, int64_t a0, uint64_t 
     w[3] = w3;
 }
 
+/* Writes an end event at p (room checked); flags below 64. */
+static inline void put_end(uint8_t *p, uint64_t key, uint32_t flags, uint64_t ticks)
+{
+    uint64_t *w = (uint64_t *)(void *)p;
+    w[0] = ticks;
+    w[1] = key | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
+}
+
+/* The fast paths' entry: the busy handshake of enter(), membarrier flavour (fast_gen is 0
+ * without membarrier), then the thread's buffer with busy set if it belongs to this session,
+ * the fast paths may run on it (fast_update) and its chunk has room for any event; else NULL
+ * with busy clear (the caller takes its slow path). */
+static inline __attribute__((always_inline)) xsp_tbuf *fast_enter(void)
+{
+    xsp_tbuf *tb = tls_tb;
+    if (__builtin_expect(tb == NULL, 0))
+        return NULL;
+    atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+    if (__builtin_expect(gen == tb->fast_gen && tb->wp <= tb->wend, 1))
+        return tb;
+    leave(tb);
+    return NULL;
+}
+
 /* G sessions: the hook stack's side of a begin whose rank is ord (XSP_NONE: not written). */
 static void hook_begin(xsp_tbuf *tb, uint64_t key, uint32_t ord)
 {
@@ -461,10 +487,11 @@ static int lost_end_of(xsp_tbuf *tb, uint64_t key)
     return lost;
 }
 
-/* The slow path of both begins: everything the fast path leaves out. */
-static __attribute__((noinline)) void
-begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const char *name2,
-           size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
+/* The general begin, and the op entry's slow path: everything the fast path leaves out (the
+ * reset, a new chunk, the cap, a name's first sighting or the comparison of its bytes, the GPU
+ * hooks, the fake clock). */
+void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
+                   const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
 {
     xsp_tbuf *tb = enter();
     if (!tb)
@@ -503,38 +530,12 @@ begin_slow(uint8_t level, uint8_t kind, const char *name, size_t name_len, const
     leave(tb);
 }
 
-void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_len,
-                   const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1)
-{
-    begin_slow(level, kind, name, name_len, name2, name2_len, key, a0, a1);
-}
-
-/* The op entry's slow path: the bytes of a cached name are compared (names that are not
- * stable, or seen at another epoch), the fake clock is read, a chunk is found, the GPU hooks
- * are called; begins that need none of the general path's work are written here. */
+/* The op entry's slow path, with the op entry's five register arguments so that the fast path
+ * reaches it by a tail call and needs no stack frame. */
 static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *name, uint64_t key,
                                                    int64_t a0, int64_t a1)
 {
-    xsp_tbuf *tb = enter();
-    if (!tb)
-        return;
-    key &= XSP_EV_KEY_MASK;
-    int stable = (kind & XSP_NAME_STABLE) != 0;
-    if (tb->wp <= tb->wend && !tb->capped && !g_hooks.push) {
-        uint32_t epoch = stable ? atomic_load_explicit(&g_name_epoch, memory_order_acquire) : 0;
-        xsp_name_slot *slot = name_slot(tb, name);
-        if (name_hit(tb, slot, name)) {
-            slot->epoch = epoch;
-            uint8_t *p = tb->wp;
-            tb->wp = p + 32;
-            put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
-                      slot->id | (uint64_t)(uint32_t)a1 << 32, xsp_clock_ticks());
-            leave(tb);
-            return;
-        }
-    }
-    leave(tb);
-    begin_slow(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+    xsp_rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
 }
 
 /* The op entry.  The fast path (x86-64, the TSC as clock): a buffer reset for this session with
@@ -544,30 +545,24 @@ static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *nam
 void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
 #if defined(__x86_64__)
-    xsp_tbuf *tb = tls_tb;
+    xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        /* the busy handshake of enter(), membarrier flavour (fast_gen is 0 without it) */
-        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
-        if (__builtin_expect(gen == tb->fast_gen, 1)) {
+        const xsp_name_slot *slot = name_slot(tb, name);
+        /* both the caller and the slot's filler vouch for the name (a slot's epoch is nonzero
+         * only if a stable name filled it): a string the dispatcher frees just after its
+         * deregistration listener ran is never taken for a user scope's */
+        if (__builtin_expect(slot->ptr == name && (kind & XSP_NAME_STABLE)
+                             && slot->epoch == atomic_load_explicit(&g_name_epoch,
+                                                                    memory_order_relaxed),
+                             1)) {
             uint8_t *p = tb->wp;
-            const xsp_name_slot *slot = name_slot(tb, name);
-            /* both the caller and the slot's filler vouch for the name (a slot's epoch is
-             * nonzero only if a stable name filled it): a string the dispatcher frees just
-             * after its deregistration listener ran is never taken for a user scope's */
-            if (__builtin_expect(p <= tb->wend && slot->ptr == name && (kind & XSP_NAME_STABLE)
-                                 && slot->epoch == atomic_load_explicit(&g_name_epoch,
-                                                                        memory_order_relaxed),
-                                 1)) {
-                tb->wp = p + 32;
-                put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
-                          slot->id | (uint64_t)(uint32_t)a1 << 32, __rdtsc());
-                atomic_store_explicit(&tb->busy, 0, memory_order_release);
-                return;
-            }
+            tb->wp = p + 32;
+            put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
+                      slot->id | (uint64_t)(uint32_t)a1 << 32, __rdtsc());
+            leave(tb);
+            return;
         }
-        atomic_store_explicit(&tb->busy, 0, memory_order_release);
+        leave(tb);
     }
 #endif
     begin_l_slow(kind, name, key, a0, a1);
@@ -597,9 +592,7 @@ static __attribute__((noinline)) void end_slow(uint64_t key, uint32_t flags, uin
             return;
         }
     }
-    uint64_t *w = (uint64_t *)(void *)tb->wp;
-    w[0] = now;
-    w[1] = key | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
+    put_end(tb->wp, key, flags, now);
     tb->wp += 16;
     leave(tb);
 }
@@ -607,23 +600,12 @@ static __attribute__((noinline)) void end_slow(uint64_t key, uint32_t flags, uin
 void xsp_rec_end(uint64_t key, uint32_t flags)
 {
     uint64_t now = xsp_clock_ticks();   /* first, so the bookkeeping below is outside the span */
-    xsp_tbuf *tb = tls_tb;
+    xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
-        if (__builtin_expect(gen == tb->fast_gen, 1)) {
-            uint8_t *p = tb->wp;
-            if (__builtin_expect(p <= tb->wend, 1)) {
-                uint64_t *w = (uint64_t *)(void *)p;
-                w[0] = now;
-                w[1] = (key & XSP_EV_KEY_MASK) | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
-                tb->wp = p + 16;
-                atomic_store_explicit(&tb->busy, 0, memory_order_release);
-                return;
-            }
-        }
-        atomic_store_explicit(&tb->busy, 0, memory_order_release);
+        put_end(tb->wp, key & XSP_EV_KEY_MASK, flags, now);
+        tb->wp += 16;
+        leave(tb);
+        return;
     }
     end_slow(key, flags, now);
 }
@@ -641,23 +623,12 @@ void xsp_rec_end_l(uint64_t key)
 {
 #if defined(__x86_64__)
     uint64_t now = __rdtsc();   /* first, so the bookkeeping below is outside the span */
-    xsp_tbuf *tb = tls_tb;
+    xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-        uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
-        if (__builtin_expect(gen == tb->fast_gen, 1)) {
-            uint8_t *p = tb->wp;
-            if (__builtin_expect(p <= tb->wend, 1)) {
-                uint64_t *w = (uint64_t *)(void *)p;
-                w[0] = now;
-                w[1] = key | (uint64_t)XSP_EV_END << 56;
-                tb->wp = p + 16;
-                atomic_store_explicit(&tb->busy, 0, memory_order_release);
-                return;
-            }
-        }
-        atomic_store_explicit(&tb->busy, 0, memory_order_release);
+        put_end(tb->wp, key, 0, now);
+        tb->wp += 16;
+        leave(tb);
+        return;
     }
 #else
     uint64_t now = 0;

@@ -98,7 +98,6 @@ typedef struct xsp_tbuf {
     uint32_t capped;            /* 1 once a chunk was refused (cap or memory): spans lost */
     uint32_t ldepth;            /* lost spans (cap) still open: their keys on lstack */
     uint32_t loverflow;         /* lost spans still open past XSP_MAX_DEPTH of them */
-    uint32_t pad3;              /* unused */
     uint64_t *lstack;           /* keys of open lost spans (their ends are not written);
                                  * XSP_MAX_DEPTH entries, allocated at the first loss */
     uint64_t lost_cap;          /* spans not recorded because the memory cap was reached */
