@@ -1,11 +1,13 @@
-"""Real models on the CPU: slowdown of each profiler against unprofiled.
+"""Real models: slowdown of each profiler against unprofiled, on the CPU or a GPU.
 
 Models: xsp's built-in TinyResNet (ResNet-style CNN) and TinyTransformer (two encoder
 layers), forward only and forward+backward.  Variants interleaved per round: unprofiled, floor
-(do-nothing RecordFunction callback), torch.profiler (CPU activities), xsp ML.  Each timing
-covers --iters iterations inside the block; end to end adds stop and building the results.
+(do-nothing RecordFunction callback), torch.profiler (CPU activities; with --device cuda also
+CUDA), xsp ML (with --device cuda: xsp MLG).  Each timing covers --iters iterations inside the
+block (on a GPU, ending with torch.cuda.synchronize()); end to end adds stop and building the
+results.
 
-    python benchmarks/bench_models.py [--iters 5] [--rounds 5]
+    python benchmarks/bench_models.py [--iters 5] [--rounds 5] [--device cpu|cuda]
 """
 import argparse
 import sys
@@ -22,14 +24,28 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args(argv)
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("bench_models: --device cuda needs a CUDA device and a CUDA build of torch "
+              "(torch %s, cuda available: False)" % torch.__version__, file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
-    print("model slowdowns, %d iterations per timing, %d rounds; %s"
-          % (args.iters, args.rounds, common.machine()))
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    levels = "MLG" if cuda else "ML"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    print("model slowdowns (%s), %d iterations per timing, %d rounds; %s"
+          % (args.device, args.iters, args.rounds, common.machine()))
+    if cuda:
+        print("GPU: %s" % torch.cuda.get_device_name())
     print("%-26s %10s %18s %18s %18s %18s" % ("workload", "unprof ms", "floor", "torch.profiler",
-                                              "xsp ML", "xsp ML e2e"))
+                                              "xsp " + levels, "xsp %s e2e" % levels))
     for name in ("resnet", "transformer"):
         model, x = models.get(name, batch=8)
+        model, x = model.to(args.device), x.to(args.device)
         for mode in ("forward", "forward+backward"):
             def work():
                 for _ in range(args.iters):
@@ -39,6 +55,7 @@ def main(argv=None):
                     else:
                         model.zero_grad(set_to_none=True)
                         model(x).float().sum().backward()
+                sync()
 
             def plain():
                 t0 = common.now()
@@ -55,8 +72,7 @@ def main(argv=None):
 
             def tprof():
                 t0 = common.now()
-                with torch.profiler.profile(
-                        activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+                with torch.profiler.profile(activities=acts) as p:
                     t1 = common.now()
                     work()
                     t2 = common.now()
@@ -65,12 +81,17 @@ def main(argv=None):
 
             def xspml():
                 t0 = common.now()
-                with xsp.profile(levels="ML"):
+                with xsp.profile(levels=levels) as p:
                     t1 = common.now()
                     work()
                     t2 = common.now()
+                if cuda:
+                    kernels[0] = len(p.trace.spans(kind="kernel"))
+                    kernels[1] = sum(p.trace.counters.get(k, 0) for k in (
+                        "gpu.dropped", "gpu.lost", "gpu.refused_buffers"))
                 return {"block": t2 - t1, "e2e": common.now() - t0}
 
+            kernels = [0, 0]
             variants = {"plain": plain, "floor": floor, "tprof": tprof, "xsp": xspml}
             for f in variants.values():
                 f()
@@ -84,6 +105,9 @@ def main(argv=None):
                 "%s %s" % (name, mode), base / 1e6, ratio("floor"), ratio("tprof"),
                 ratio("xsp"), ratio("xsp", "e2e")))
             print("%-26s %10s %18s %18s" % ("", "", "tprof e2e:", ratio("tprof", "e2e")))
+            if cuda:
+                print("%-26s xsp %s recorded %d kernels in the last round, %d GPU records lost "
+                      "or dropped" % ("", levels, kernels[0], kernels[1]))
     return 0
 
 

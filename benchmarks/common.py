@@ -1,8 +1,10 @@
 """Shared helpers of the benchmarks: interleaved rounds, medians and spread, machine info.
 
-Every benchmark measures all variants in one process and interleaves them round by round
-(variant order rotated each round), so drift of the machine (frequency, other load) hits all
-variants alike; it reports the median and the interquartile spread over rounds.
+Every benchmark measures all variants in one process and interleaves them round by round, in
+an order shuffled each round, so drift of the machine (frequency, other load) hits all variants
+alike and no variant always runs right after the same other one (a rotated order would time
+one variant always just after torch.profiler's exit, with caches it left cold); it reports the
+median and the interquartile spread over rounds.
 """
 import os
 
@@ -12,6 +14,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import platform  # noqa: E402
+import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -39,17 +42,26 @@ def machine():
         platform.platform()))
 
 
-def rounds(variants, n_rounds):
+def rounds(variants, n_rounds, seed=0):
     """Runs each variant (name -> zero-arg callable returning a dict of numbers) n_rounds
-    times, interleaved and rotated; returns name -> {metric: [values]}."""
+    times, interleaved, in an order shuffled each round (seeded: runs repeat the same orders);
+    returns name -> {metric: [values]}, values in round order."""
     names = list(variants)
     out = {k: {} for k in names}
-    for r in range(n_rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+    rng = random.Random(seed)
+    for _ in range(n_rounds):
+        order = names[:]
+        rng.shuffle(order)
         for k in order:
             for metric, v in variants[k]().items():
                 out[k].setdefault(metric, []).append(v)
     return out
+
+
+def paired(res, k, base, metric):
+    """Per-round differences res[k][metric][r] - res[base][metric][r]: the two timings of a
+    round are taken moments apart, so drift of the machine between rounds cancels."""
+    return [x - y for x, y in zip(res[k][metric], res[base][metric])]
 
 
 def med(xs):
@@ -72,12 +84,18 @@ def now():
     return time.perf_counter_ns()
 
 
-def print_ratios(over):
+def print_ratios(over, xsp="xsp L"):
     """over: variant -> (in-block cost above unprofiled, end-to-end cost above unprofiled), for
-    "floor", "torch.profiler" and "xsp L"; prints the ratios the targets are stated in."""
+    "floor", "torch.profiler" and xsp (and "floor+clock" if measured); prints the ratios the
+    targets are stated in."""
     fb = over["floor"][0]
-    xb, xe = over["xsp L"]
+    xb, xe = over[xsp]
     tb, te = over["torch.profiler"]
     print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
           "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
           % (xb / fb, xb / tb, te / xe))
+    if "floor+clock" in over:
+        cb = over["floor+clock"][0]
+        print("clock floor: two clock reads per op cost %.1f ns above the floor; xsp above the "
+              "clock floor %.1f ns/op; xsp/clock floor in block %.2f"
+              % (cb - fb, xb - cb, xb / cb))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device check (a CUDA machine without internet or apt, as lent by the device tool):
 # unpacks Debian's msgpack-c carried in .debs/, builds xsp against the installed torch, runs the
-# C tests, the CPU test suite, the GPU checks (tests/gpu) and the demo at MLG.
+# C tests, the CPU test suite, the GPU checks (tests/gpu), the demo at MLG and the GPU
+# benchmarks (bench_ops and bench_models with --device cuda).
 # Everything it writes goes into ONE archive, $OUT/gpu_check.tar.gz, plus $OUT/summary.txt
 # (the device tool brings back only a few files).
 #   echo /.debs/ >> .git/info/exclude; mkdir -p .debs
@@ -50,6 +51,11 @@ step pytest_gpu 400 python3 -m pytest -v -s -p no:cacheprovider tests/gpu
 tail -25 "$LOG/pytest_gpu.txt" >> "$S"
 step demo 120 python3 -m xsp.demo --levels MLG --out "$LOG/demo"
 grep -A12 "Top 8 kernels\|GPU vs CPU\|leveled measurement" "$LOG/demo.txt" >> "$S" 2>/dev/null
+# issue 5's GPU part: per-op and model overhead with CUDA activities on, against torch.profiler
+step bench_ops_cuda 150 python3 benchmarks/bench_ops.py --device cuda --ops 2000 --rounds 21
+grep -v "^USDT" "$LOG/bench_ops_cuda.txt" | tail -10 >> "$S"
+step bench_models_cuda 200 python3 benchmarks/bench_models.py --device cuda --iters 3 --rounds 5
+grep -v "^USDT" "$LOG/bench_models_cuda.txt" | tail -16 >> "$S"
 step ctest 240 make ctest
 step pytest_cpu 300 python3 -m pytest -q -x -p no:cacheprovider tests/py
 tail -3 "$LOG/pytest_cpu.txt" >> "$S"

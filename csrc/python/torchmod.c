@@ -69,10 +69,14 @@ xsp_torch_py_attached(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-xsp_torch_py_floor_attach(PyObject *module, PyObject *Py_UNUSED(ignored))
+xsp_torch_py_floor_attach(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
-    if (xsp_torch_floor_attach() != 0) {
+    static char *kwlist[] = {"clock", NULL};
+    int clock = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:floor_attach", kwlist, &clock))
+        return NULL;
+    if (xsp_torch_floor_attach(clock) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "xsp._torch: floor callback already attached or refused");
         return NULL;
     }
@@ -88,8 +92,10 @@ xsp_torch_py_floor_detach(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef xsp_torch_methods[] = {
-    {"floor_attach", xsp_torch_py_floor_attach, METH_NOARGS,
-     "Benchmarks only: registers a do-nothing RecordFunction callback (the floor)."},
+    {"floor_attach", (PyCFunction)(void (*)(void))xsp_torch_py_floor_attach,
+     METH_VARARGS | METH_KEYWORDS,
+     "floor_attach(clock=False)\n\nBenchmarks only: registers a do-nothing RecordFunction "
+     "callback (the floor); with clock=True one that reads xsp's clock at entry and exit."},
     {"floor_detach", xsp_torch_py_floor_detach, METH_NOARGS,
      "Benchmarks only: removes the do-nothing callback."},
     {"attach", xsp_torch_py_attach, METH_NOARGS, attach_doc},

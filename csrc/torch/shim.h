@@ -45,9 +45,11 @@ void xsp_torch_detach(void);
 int xsp_torch_attached(void);
 
 /* Benchmarks only: registers / removes a do-nothing global callback with the same scopes and
- * options as ours (the floor any RecordFunction-based profiler pays).  attach returns 0, or
- * -1 when already attached or torch refused; detach accepts being called when not attached. */
-int xsp_torch_floor_attach(void);
+ * options as ours (the floor any RecordFunction-based profiler pays); with clock nonzero, one
+ * that only reads xsp's clock at entry and at exit (the floor of any profiler timestamping
+ * both ends of an op).  attach returns 0, or -1 when one is already attached or torch refused;
+ * detach accepts being called when none is attached. */
+int xsp_torch_floor_attach(int clock);
 void xsp_torch_floor_detach(void);
 
 /* Returns the version of the torch headers the shim was compiled against, e.g. "2.13.0"

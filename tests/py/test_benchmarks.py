@@ -1,0 +1,105 @@
+"""The benchmarks' own machinery: the floor callbacks, the round scheduler, paired differences,
+and bench_ops / bench_models run end to end on tiny sizes (their figures are not asserted:
+timing is the benchmarks' business, docs/performance.md; their structure is)."""
+import os
+import re
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import xsp  # noqa: E402
+from xsp import _torch  # noqa: E402
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import bench_models  # noqa: E402
+import bench_ops  # noqa: E402
+import common  # noqa: E402
+
+
+@pytest.mark.parametrize("clock", [False, True])
+def test_floor_attach_detach(clock):
+    _torch.floor_attach(clock=clock)
+    try:
+        with pytest.raises(RuntimeError, match="floor callback already attached"):
+            _torch.floor_attach()
+        # the floor coexists with xsp's own callback: xsp still records every op
+        a = torch.ones(2)
+        with xsp.profile(levels="L") as p:
+            for _ in range(3):
+                torch.add(a, a)
+        assert [s.name for s in p.trace] == ["aten::add"] * 3
+    finally:
+        _torch.floor_detach()
+    _torch.floor_detach()                # detaching twice is allowed
+    _torch.floor_attach(clock=not clock)
+    _torch.floor_detach()
+
+
+def test_floor_attach_bad_argument():
+    with pytest.raises(TypeError):
+        _torch.floor_attach(clock=True, other=1)
+    with pytest.raises(TypeError):
+        _torch.floor_attach(1, 2)
+
+
+def test_rounds_shuffled_each_round_and_seeded():
+    log = []
+
+    def variant(k):
+        def run():
+            log.append(k)
+            return {"n": len(log)}
+        return run
+
+    names = ["a", "b", "c", "d"]
+    res = common.rounds({k: variant(k) for k in names}, 30)
+    # every round runs each variant exactly once
+    rounds = [log[i:i + 4] for i in range(0, len(log), 4)]
+    assert len(rounds) == 30
+    assert all(sorted(r) == names for r in rounds)
+    # values are kept in round order: the position in the log where each ran
+    for k in names:
+        assert res[k]["n"] == [i * 4 + r.index(k) + 1 for i, r in enumerate(rounds)]
+    # no variant always follows the same other one (what a rotated order would do)
+    for k in names:
+        before = {r[r.index(k) - 1] for r in rounds if r.index(k) > 0}
+        assert len(before) == 3, (k, before)
+    # seeded: the same orders again
+    first = list(log)
+    log.clear()
+    common.rounds({k: variant(k) for k in names}, 30)
+    assert log == first
+
+
+def test_paired_differences():
+    res = {"x": {"t": [5, 7, 9]}, "base": {"t": [1, 2, 4]}}
+    assert common.paired(res, "x", "base", "t") == [4, 5, 5]
+    assert common.med(common.paired(res, "x", "base", "t")) == 5
+
+
+ROW = re.compile(r"^(floor|floor\+clock|torch\.profiler|xsp L)\s+(-?[\d.]+) ±([\d.]+)\s+"
+                 r"(-?[\d.]+) ±([\d.]+)$")
+
+
+def test_bench_ops_runs_and_prints_every_variant(capsys):
+    assert bench_ops.main(["--ops", "50", "--rounds", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("per-op cost, torch.add on 8 floats (cpu), 50 ops x 3 rounds; ")
+    rows = [m.group(1) for m in map(ROW.match, out) if m]
+    assert rows == ["floor", "floor+clock", "torch.profiler", "xsp L"]
+    assert any(line.startswith("ratios: xsp/floor in block ") for line in out)
+    assert any(line.startswith("clock floor: two clock reads per op cost ") for line in out)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+@pytest.mark.parametrize("bench", [bench_ops, bench_models])
+def test_cuda_refused_clearly_without_a_gpu(bench, capsys):
+    assert bench.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda needs a CUDA device and a CUDA build of torch" in err
+    assert "cuda available: False" in err
