@@ -63,6 +63,7 @@ bench: setup
 	    -o $(BIN)/bench_core
 	$(BIN)/bench_core
 	$(PY) benchmarks/bench_ops.py
+	$(PY) benchmarks/bench_session.py
 	$(PY) benchmarks/bench_models.py
 	$(PY) benchmarks/bench_modules.py
 	$(PY) benchmarks/bench_size.py

@@ -130,13 +130,15 @@ def torch_extension():
     return Extension(
         "xsp._torch",
         sources=rel("csrc/torch/shim.cpp") + rel("csrc/python/torchmod.c"),
-        include_dirs=["csrc"] + cpp_extension.include_paths(),
+        include_dirs=["csrc"],
         library_dirs=[torch_lib],
         libraries=["c10", "torch_cpu"],
         runtime_library_dirs=[torch_lib],
         # setuptools passes extra_compile_args to both the C and the C++ files; the shim's
         # language flags are added per file in BuildExt below.
-        extra_compile_args=WARN[:2] + OPT + COMMON + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % abi],
+        # -isystem: warnings in torch's headers are not ours to fix (dev builds use -Werror)
+        extra_compile_args=WARN[:2] + OPT + COMMON + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
+        + [a for d in cpp_extension.include_paths() for a in ("-isystem", d)],
         language="c++",
     )
 

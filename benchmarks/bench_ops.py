@@ -9,19 +9,29 @@ timed in one process with the variants interleaved round by round:
                     exit: what any profiler that timestamps both ends of an op pays at least
   torch.profiler    torch.profiler.profile(activities=[CPU]) (with --device cuda: CPU, CUDA)
   xsp L             xsp.profile(levels="L") (with --device cuda: xsp LG, levels="LG")
-For each: ns per op above unprofiled inside the block, and end to end (block + stop + building
-the trace object; torch.profiler's exit is where it spends most).  Prints ratios.
+For each: ns per op above unprofiled inside the block, and end to end (start + block + stop +
+building the trace object; torch.profiler's exit is where it spends most).  Prints ratios.
 
-    python benchmarks/bench_ops.py [--ops 2000] [--rounds 101] [--device cpu|cuda]
+Two loops, each its own table:
+  python   the ops called from a Python for loop (what eager PyTorch code does)
+  c++      at::add called from a C++ loop (xsp._torch.bench_add): the same dispatcher and
+           RecordFunction path without the interpreter, whose own cost and cache footprint
+           make the Python loop's differences noisier
+Inside every block, ops/4 untimed ops run first (the same in every variant), so that the
+timed ops measure the steady state, not the first ops after a start that left caches cold;
+end to end counts start, the timed ops and stop, not the untimed ones.
 
-With --device cuda the tensors live on the GPU, each op launches one kernel, every block ends
-with torch.cuda.synchronize(), and the profilers record the GPU too (CUPTI).
+    python benchmarks/bench_ops.py [--ops 2000] [--rounds 101] [--loop python|c++|both]
+                                   [--device cpu|cuda]
 
-Costs are per-round paired differences (a variant's timing minus the unprofiled timing of the
-same round, taken moments apart), reported as median ± half the interquartile range over
-rounds.  Short batches interleaved many times: this machine (a 2-core VM) drifts by tens of
-percent, at times by 2x, over seconds, so long batches would compare variants under different
-conditions.
+With --device cuda (the Python loop only) the tensors live on the GPU, each op launches one
+kernel, every block ends with torch.cuda.synchronize(), and the profilers record the GPU too.
+
+Costs are per-round paired overheads (common.paired_scaled: a variant's timing divided by the
+unprofiled timing of the same round, taken moments apart, minus one, times the median
+unprofiled timing), reported as median ± half the interquartile range over rounds.  Short
+batches interleaved many times, in shuffled order: this machine (a 2-core VM) drifts by tens of
+percent, at times by 2x, over seconds.
 """
 import argparse
 import sys
@@ -34,95 +44,132 @@ import xsp
 from xsp import _torch
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=101)
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = ap.parse_args(argv)
+def measure(args, cpp):
+    """One table: the variants over args.rounds rounds; returns {variant: (block, e2e)}."""
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("bench_ops: --device cuda needs a CUDA device and a CUDA build of torch "
-              "(torch %s, cuda available: False)" % torch.__version__, file=sys.stderr)
-        return 2
-    torch.set_num_threads(1)
-    a, b = torch.ones(8, device=args.device), torch.ones(8, device=args.device)
-    n = args.ops
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    n, warm = args.ops, args.ops // 4
+    if cpp:
+        work = None
+    else:
+        a, b = torch.ones(8, device=args.device), torch.ones(8, device=args.device)
+        sync = torch.cuda.synchronize if cuda else None
+
+        def work(k):
+            for _ in range(k):
+                torch.add(a, b)
+            if sync is not None:
+                sync()
+
+    def timed():
+        """The untimed ops, then the timed ones; returns the timed ops' duration in ns."""
+        if cpp:
+            return _torch.bench_add(n, warm)
+        work(warm)
+        t0 = common.now()
+        work(n)
+        return common.now() - t0
+
     acts = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     xsp_name = "xsp LG" if cuda else "xsp L"
+    counts = {}
 
-    def loop():
-        for _ in range(n):
-            torch.add(a, b)
-        sync()
+    def result(t_start, t_block, t_stop):
+        return {"block": t_block / n, "e2e": (t_start + t_block + t_stop) / n}
 
     def plain():
-        t0 = common.now()
-        loop()
-        t1 = common.now()
-        return {"block": (t1 - t0) / n, "e2e": (t1 - t0) / n}
+        return result(0, timed(), 0)
 
     def floor_of(clock):
         def floor():
-            _torch.floor_attach(clock=clock)
             t0 = common.now()
-            loop()
+            _torch.floor_attach(clock=clock)
             t1 = common.now()
-            _torch.floor_detach()
+            tb = timed()
             t2 = common.now()
-            return {"block": (t1 - t0) / n, "e2e": (t2 - t0) / n}
+            _torch.floor_detach()
+            return result(t1 - t0, tb, common.now() - t2)
         return floor
 
     def tprof():
         t0 = common.now()
-        with torch.profiler.profile(activities=acts) as p:
-            t1 = common.now()
-            loop()
-            t2 = common.now()
+        p = torch.profiler.profile(activities=acts)
+        p.__enter__()
+        t1 = common.now()
+        tb = timed()
+        t2 = common.now()
+        p.__exit__(None, None, None)
         p.events()   # building the results is part of using them
-        t3 = common.now()
-        return {"block": (t2 - t1) / n, "e2e": (t3 - t0) / n}
+        return result(t1 - t0, tb, common.now() - t2)
 
     def xspl():
         t0 = common.now()
-        with xsp.profile(levels="LG" if cuda else "L") as p:
-            t1 = common.now()
-            loop()
-            t2 = common.now()
-        ops = len(p.trace.spans(kind="op"))
-        assert ops == n, ("xsp recorded %d ops, expected %d" % (ops, n))
+        p = xsp.profile(levels="LG" if cuda else "L")
+        p.start()
+        t1 = common.now()
+        tb = timed()
+        t2 = common.now()
+        p.stop()      # builds the Trace
+        r = result(t1 - t0, tb, common.now() - t2)
+        # checked outside the timing
+        ops = len(p.trace.spans(kind="op", name="aten::add"))
+        assert ops == n + warm, ("xsp recorded %d aten::add, expected %d" % (ops, n + warm))
         if cuda:
             counts["kernels"] = len(p.trace.spans(kind="kernel"))
             counts["lost"] = sum(p.trace.counters.get(k, 0)
                                  for k in ("gpu.dropped", "gpu.lost", "gpu.refused_buffers"))
-        t3 = common.now()
-        return {"block": (t2 - t1) / n, "e2e": (t3 - t0) / n}
+        return r
 
-    counts = {}
     variants = {"unprofiled": plain, "floor": floor_of(False), "floor+clock": floor_of(True),
                 "torch.profiler": tprof, xsp_name: xspl}
     for f in variants.values():      # warm-up: lazy initialisation of everything
         f()
     res = common.rounds(variants, args.rounds)
-    print("per-op cost, torch.add on 8 floats (%s), %d ops x %d rounds; %s"
-          % (args.device, n, args.rounds, common.machine()))
+    what = "at::add from a C++ loop" if cpp else "torch.add from a Python loop"
+    print("per-op cost, %s on 8 floats (%s), %d timed ops (after %d untimed) x %d rounds"
+          % (what, args.device, n, warm, args.rounds))
     if cuda:
         print("GPU: %s; xsp LG recorded %d kernels in the last round (expected %d), %d GPU "
-              "records lost or dropped" % (torch.cuda.get_device_name(), counts["kernels"], n,
-                                           counts["lost"]))
+              "records lost or dropped" % (torch.cuda.get_device_name(), counts["kernels"],
+                                           n + warm, counts["lost"]))
     print("unprofiled: %.0f ns/op (median), %.0f ns/op (fastest round)"
           % (common.med(res["unprofiled"]["block"]), min(res["unprofiled"]["block"])))
     print("%-16s %22s %24s" % ("variant", "in block, ns/op above", "end to end, ns/op above"))
     over = {}
     for k in ("floor", "floor+clock", "torch.profiler", xsp_name):
-        ob = common.paired(res, k, "unprofiled", "block")
-        oe = common.paired(res, k, "unprofiled", "e2e")
+        ob = common.paired_scaled(res, k, "unprofiled", "block")
+        oe = common.paired_scaled(res, k, "unprofiled", "e2e")
         over[k] = (common.med(ob), common.med(oe))
         print("%-16s %22s %24s" % (k, common.fmt(ob), common.fmt(oe)))
     common.print_ratios(over, xsp_name)
+    return over
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=101)
+    ap.add_argument("--loop", choices=("python", "c++", "both"), default="both")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = ap.parse_args(argv)
+    if args.ops < 4:
+        ap.error("--ops must be at least 4")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("bench_ops: --device cuda needs a CUDA device and a CUDA build of torch "
+                  "(torch %s, cuda available: False)" % torch.__version__, file=sys.stderr)
+            return 2
+        if args.loop != "python":
+            args.loop = "python"      # the C++ loop runs CPU tensors only
+    torch.set_num_threads(1)
+    print(common.machine())
+    if args.loop in ("python", "both"):
+        measure(args, cpp=False)
+    if args.loop in ("c++", "both"):
+        if args.loop == "both":
+            print()
+        measure(args, cpp=True)
     return 0
 
 

@@ -64,6 +64,16 @@ def paired(res, k, base, metric):
     return [x - y for x, y in zip(res[k][metric], res[base][metric])]
 
 
+def paired_scaled(res, k, base, metric):
+    """Per-round overheads relative to the base timing of the same round, in the base's units
+    at its median: (res[k][metric][r] / res[base][metric][r] - 1) * median(base).  When the
+    whole machine slows down (this VM at times runs everything 2x slower for seconds), a
+    variant's overhead slows with it; dividing by the same round's base cancels that factor
+    as well as the drift that paired() cancels."""
+    b = med(res[base][metric])
+    return [(x / y - 1.0) * b for x, y in zip(res[k][metric], res[base][metric])]
+
+
 def med(xs):
     return statistics.median(xs)
 

@@ -91,7 +91,35 @@ xsp_torch_py_floor_detach(PyObject *module, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+static PyObject *
+xsp_torch_py_bench_add(PyObject *module, PyObject *args)
+{
+    (void)module;
+    Py_ssize_t n = 0, warm = 0;
+    if (!PyArg_ParseTuple(args, "n|n:bench_add", &n, &warm))
+        return NULL;
+    if (n < 0 || warm < 0) {
+        PyErr_Format(PyExc_ValueError, "bench_add: n and warm must be >= 0, got %zd and %zd",
+                     n, warm);
+        return NULL;
+    }
+    uint64_t ns = 0;
+    char err[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_torch_bench_add((uint64_t)warm, (uint64_t)n, &ns, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        PyErr_SetString(PyExc_RuntimeError, err);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(ns);
+}
+
 static PyMethodDef xsp_torch_methods[] = {
+    {"bench_add", xsp_torch_py_bench_add, METH_VARARGS,
+     "bench_add(n, warm=0) -> int\n\nBenchmarks only: ns taken by n calls of at::add on two "
+     "8-float CPU tensors, looped in C++ after warm untimed calls (the GIL released)."},
     {"floor_attach", (PyCFunction)(void (*)(void))xsp_torch_py_floor_attach,
      METH_VARARGS | METH_KEYWORDS,
      "floor_attach(clock=False)\n\nBenchmarks only: registers a do-nothing RecordFunction "

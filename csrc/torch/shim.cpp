@@ -38,6 +38,8 @@ extern "C" {
 }
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/ones.h>
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
@@ -363,5 +365,29 @@ extern "C" void xsp_torch_floor_detach(void)
             at::removeCallback(g_floor);
         g_floor = at::INVALID_CALLBACK_HANDLE;
     } catch (...) {
+    }
+}
+
+extern "C" int xsp_torch_bench_add(uint64_t warm, uint64_t n, uint64_t *ns, char *err,
+                                   size_t errlen)
+{
+    try {
+        at::Tensor a = at::ones({8});
+        at::Tensor b = at::ones({8});
+        for (uint64_t i = 0; i < warm; i++)
+            (void)at::add(a, b);
+        auto t0 = std::chrono::steady_clock::now();
+        for (uint64_t i = 0; i < n; i++)
+            (void)at::add(a, b);
+        auto t1 = std::chrono::steady_clock::now();
+        *ns = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+        return 0;
+    } catch (const std::exception &e) {
+        set_err(err, errlen, e.what());
+        return -1;
+    } catch (...) {
+        set_err(err, errlen, "xsp._torch.bench_add: unknown C++ exception");
+        return -1;
     }
 }

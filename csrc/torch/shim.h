@@ -52,6 +52,13 @@ int xsp_torch_attached(void);
 int xsp_torch_floor_attach(int clock);
 void xsp_torch_floor_detach(void);
 
+/* Benchmarks only: runs at::add on two 8-float CPU tensors warm times untimed, then n times
+ * timed, from C++ (each call one RecordFunction event through the dispatcher, as torch.add
+ * from Python, without the interpreter around it), and stores the timed loop's duration in ns
+ * (steady clock) in *ns.  Returns 0, or -1 (with a message in err) when torch threw.  Touches
+ * no Python object: callable without the GIL. */
+int xsp_torch_bench_add(uint64_t warm, uint64_t n, uint64_t *ns, char *err, size_t errlen);
+
 /* Returns the version of the torch headers the shim was compiled against, e.g. "2.13.0"
  * (TORCH_VERSION, without a local suffix such as "+cpu").  A static string; cannot fail.
  * Python compares it with torch.__version__ and refuses a shim built for another torch, since

@@ -87,13 +87,44 @@ ROW = re.compile(r"^(floor|floor\+clock|torch\.profiler|xsp L)\s+(-?[\d.]+) ±([
 
 
 def test_bench_ops_runs_and_prints_every_variant(capsys):
-    assert bench_ops.main(["--ops", "50", "--rounds", "3"]) == 0
+    assert bench_ops.main(["--ops", "40", "--rounds", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("per-op cost, torch.add on 8 floats (cpu), 50 ops x 3 rounds; ")
-    rows = [m.group(1) for m in map(ROW.match, out) if m]
-    assert rows == ["floor", "floor+clock", "torch.profiler", "xsp L"]
-    assert any(line.startswith("ratios: xsp/floor in block ") for line in out)
-    assert any(line.startswith("clock floor: two clock reads per op cost ") for line in out)
+    heads = [i for i, line in enumerate(out) if line.startswith("per-op cost, ")]
+    assert [out[i] for i in heads] == [
+        "per-op cost, torch.add from a Python loop on 8 floats (cpu), 40 timed ops (after 10 "
+        "untimed) x 3 rounds",
+        "per-op cost, at::add from a C++ loop on 8 floats (cpu), 40 timed ops (after 10 "
+        "untimed) x 3 rounds"]
+    for start, end in ((heads[0], heads[1]), (heads[1], len(out))):
+        table = out[start:end]
+        rows = [m.group(1) for m in map(ROW.match, table) if m]
+        assert rows == ["floor", "floor+clock", "torch.profiler", "xsp L"]
+        assert sum(line.startswith("ratios: xsp/floor in block ") for line in table) == 1
+        assert sum(line.startswith("clock floor: two clock reads per op cost ")
+                   for line in table) == 1
+
+
+def test_bench_ops_one_loop(capsys):
+    assert bench_ops.main(["--ops", "8", "--rounds", "1", "--loop", "c++"]) == 0
+    out = capsys.readouterr().out
+    assert "C++ loop" in out and "Python loop" not in out
+    with pytest.raises(SystemExit):
+        bench_ops.main(["--ops", "3"])
+
+
+def test_bench_add_counts_and_errors():
+    a = _torch.bench_add(0, 5)
+    assert isinstance(a, int) and a >= 0
+    with xsp.profile(levels="L") as p:
+        _torch.bench_add(7, 3)
+    names = [s.name for s in p.trace]
+    assert names.count("aten::add") == 10
+    with pytest.raises(TypeError):
+        _torch.bench_add("x")
+    with pytest.raises(ValueError, match="n and warm must be >= 0, got -1 and 0"):
+        _torch.bench_add(-1)
+    with pytest.raises(ValueError, match="got 1 and -2"):
+        _torch.bench_add(1, -2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
@@ -103,3 +134,14 @@ def test_cuda_refused_clearly_without_a_gpu(bench, capsys):
     err = capsys.readouterr().err
     assert "--device cuda needs a CUDA device and a CUDA build of torch" in err
     assert "cuda available: False" in err
+
+
+def test_bench_session_prints_every_variant(capsys):
+    import bench_session
+    assert bench_session.main(["--rounds", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("session fixed cost (start + stop around one op), 2 rounds; ")
+    row = re.compile(r"^(xsp M|xsp L|xsp ML|torch\.profiler)\s+([\d.]+ ±[\d.]+\s+){3}([\d.]+)$")
+    assert [m.group(1) for m in map(row.match, out) if m] == [
+        "xsp M", "xsp L", "xsp ML", "torch.profiler"]
+    assert row.match(out[-1]).group(3) == "1.0"        # torch.profiler against itself
