@@ -27,9 +27,11 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("bench_models: --device cuda needs a CUDA device and a CUDA build of torch "
-              "(torch %s, cuda available: False)" % torch.__version__, file=sys.stderr)
+    if args.iters < 1 or args.rounds < 1:
+        ap.error("--iters and --rounds must be at least 1")
+    why = common.gpu_refusal(torch, "bench_models") if cuda else None
+    if why:
+        print(why, file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     acts = [torch.profiler.ProfilerActivity.CPU]

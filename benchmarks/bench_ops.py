@@ -5,8 +5,9 @@ timed in one process with the variants interleaved round by round:
   unprofiled        no callback at all
   floor             a do-nothing global RecordFunction callback with xsp's scopes (what any
                     RecordFunction-based profiler pays before recording anything)
-  floor+clock       the same callback reading xsp's clock (the TSC on x86-64) at entry and at
-                    exit: what any profiler that timestamps both ends of an op pays at least
+  floor+clock       the same callback reading the TSC (x86-64; xsp's clock when the kernel's
+                    clocksource is tsc) at entry and at exit: what a profiler that timestamps
+                    both ends of an op with it pays at least
   torch.profiler    torch.profiler.profile(activities=[CPU]) (with --device cuda: CPU, CUDA)
   xsp L             xsp.profile(levels="L") (with --device cuda: xsp LG, levels="LG")
 For each: ns per op above unprofiled inside the block, and end to end (start + block + stop +
@@ -19,7 +20,8 @@ Two loops, each its own table:
            make the Python loop's differences noisier
 Inside every block, ops/4 untimed ops run first (the same in every variant), so that the
 timed ops measure the steady state, not the first ops after a start that left caches cold;
-end to end counts start, the timed ops and stop, not the untimed ones.
+end to end is the timed ops' rate plus start and stop spread over every op recorded (stop
+handles the untimed ops' records too).
 
     python benchmarks/bench_ops.py [--ops 2000] [--rounds 101] [--loop python|c++|both]
                                    [--device cpu|cuda]
@@ -76,7 +78,9 @@ def measure(args, cpp):
     counts = {}
 
     def result(t_start, t_block, t_stop):
-        return {"block": t_block / n, "e2e": (t_start + t_block + t_stop) / n}
+        # start and stop (which handles the records of the untimed ops too) spread over every
+        # op the session recorded; the timed ops at their own rate
+        return {"block": t_block / n, "e2e": t_block / n + (t_start + t_stop) / (n + warm)}
 
     def plain():
         return result(0, timed(), 0)
@@ -155,13 +159,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.ops < 4:
         ap.error("--ops must be at least 4")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if args.device == "cuda":
-        if not torch.cuda.is_available():
-            print("bench_ops: --device cuda needs a CUDA device and a CUDA build of torch "
-                  "(torch %s, cuda available: False)" % torch.__version__, file=sys.stderr)
+        if args.loop == "c++":
+            ap.error("--loop c++ runs CPU tensors only: not with --device cuda")
+        args.loop = "python"
+        why = common.gpu_refusal(torch, "bench_ops")
+        if why:
+            print(why, file=sys.stderr)
             return 2
-        if args.loop != "python":
-            args.loop = "python"      # the C++ loop runs CPU tensors only
     torch.set_num_threads(1)
     print(common.machine())
     if args.loop in ("python", "both"):

@@ -58,18 +58,12 @@ def rounds(variants, n_rounds, seed=0):
     return out
 
 
-def paired(res, k, base, metric):
-    """Per-round differences res[k][metric][r] - res[base][metric][r]: the two timings of a
-    round are taken moments apart, so drift of the machine between rounds cancels."""
-    return [x - y for x, y in zip(res[k][metric], res[base][metric])]
-
-
 def paired_scaled(res, k, base, metric):
     """Per-round overheads relative to the base timing of the same round, in the base's units
     at its median: (res[k][metric][r] / res[base][metric][r] - 1) * median(base).  When the
     whole machine slows down (this VM at times runs everything 2x slower for seconds), a
     variant's overhead slows with it; dividing by the same round's base cancels that factor
-    as well as the drift that paired() cancels."""
+    as well as the drift between rounds (the two timings are taken moments apart)."""
     b = med(res[base][metric])
     return [(x / y - 1.0) * b for x, y in zip(res[k][metric], res[base][metric])]
 
@@ -94,6 +88,11 @@ def now():
     return time.perf_counter_ns()
 
 
+def ratio(a, b, fmt="%.2f"):
+    """a / b formatted, or "n/a" when b is not positive (a tiny or noisy run)."""
+    return fmt % (a / b) if b > 0 else "n/a"
+
+
 def print_ratios(over, xsp="xsp L"):
     """over: variant -> (in-block cost above unprofiled, end-to-end cost above unprofiled), for
     "floor", "torch.profiler" and xsp (and "floor+clock" if measured); prints the ratios the
@@ -101,11 +100,21 @@ def print_ratios(over, xsp="xsp L"):
     fb = over["floor"][0]
     xb, xe = over[xsp]
     tb, te = over["torch.profiler"]
-    print("ratios: xsp/floor in block %.2f (target <= 1.2); xsp/torch.profiler in block %.2f "
-          "(target <= 0.5); torch.profiler/xsp end to end %.1f (target >= 20)"
-          % (xb / fb, xb / tb, te / xe))
+    print("ratios: xsp/floor in block %s (target <= 1.2); xsp/torch.profiler in block %s "
+          "(target <= 0.5); torch.profiler/xsp end to end %s (target >= 20)"
+          % (ratio(xb, fb), ratio(xb, tb), ratio(te, xe, "%.1f")))
     if "floor+clock" in over:
         cb = over["floor+clock"][0]
         print("clock floor: two clock reads per op cost %.1f ns above the floor; xsp above the "
-              "clock floor %.1f ns/op; xsp/clock floor in block %.2f"
-              % (cb - fb, xb - cb, xb / cb))
+              "clock floor %.1f ns/op; xsp/clock floor in block %s"
+              % (cb - fb, xb - cb, ratio(xb, cb)))
+
+
+def gpu_refusal(torch, prog):
+    """None when level G can record in this process, else the message a benchmark run with
+    --device cuda prints before exiting with status 2."""
+    from xsp import profiler
+    why = profiler.gpu_unavailable_reason(torch)
+    if why is None:
+        return None
+    return "%s: --device cuda needs level G, unavailable here: %s" % (prog, why)

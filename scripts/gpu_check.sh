@@ -51,11 +51,11 @@ step pytest_gpu 400 python3 -m pytest -v -s -p no:cacheprovider tests/gpu
 tail -25 "$LOG/pytest_gpu.txt" >> "$S"
 step demo 120 python3 -m xsp.demo --levels MLG --out "$LOG/demo"
 grep -A12 "Top 8 kernels\|GPU vs CPU\|leveled measurement" "$LOG/demo.txt" >> "$S" 2>/dev/null
-# issue 5's GPU part: per-op and model overhead with CUDA activities on, against torch.profiler
+step ctest 240 make ctest
+step pytest_cpu 300 python3 -m pytest -q -x -p no:cacheprovider tests/py
+tail -3 "$LOG/pytest_cpu.txt" >> "$S"
+# last (the correctness checks first, should time run out): issue 5's GPU part: per-op and model overhead with CUDA activities on, against torch.profiler
 step bench_ops_cuda 150 python3 benchmarks/bench_ops.py --device cuda --ops 2000 --rounds 21
 grep -v "^USDT" "$LOG/bench_ops_cuda.txt" | tail -10 >> "$S"
 step bench_models_cuda 200 python3 benchmarks/bench_models.py --device cuda --iters 3 --rounds 5
 grep -v "^USDT" "$LOG/bench_models_cuda.txt" | tail -16 >> "$S"
-step ctest 240 make ctest
-step pytest_cpu 300 python3 -m pytest -q -x -p no:cacheprovider tests/py
-tail -3 "$LOG/pytest_cpu.txt" >> "$S"

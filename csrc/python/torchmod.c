@@ -123,7 +123,7 @@ static PyMethodDef xsp_torch_methods[] = {
     {"floor_attach", (PyCFunction)(void (*)(void))xsp_torch_py_floor_attach,
      METH_VARARGS | METH_KEYWORDS,
      "floor_attach(clock=False)\n\nBenchmarks only: registers a do-nothing RecordFunction "
-     "callback (the floor); with clock=True one that reads xsp's clock at entry and exit."},
+     "callback (the floor); with clock=True one that reads the TSC (x86-64) at entry and exit."},
     {"floor_detach", xsp_torch_py_floor_detach, METH_NOARGS,
      "Benchmarks only: removes the do-nothing callback."},
     {"attach", xsp_torch_py_attach, METH_NOARGS, attach_doc},

@@ -298,9 +298,10 @@ extern "C" const char *xsp_torch_build_version(void)
 /*
  * The benchmark floor: a global callback with exactly our scopes and options that does
  * nothing, so benchmarks can measure what any RecordFunction-based profiler pays before it
- * records anything; and the clock floor, the same callback reading the clock xsp reads (the
- * TSC on x86-64, else the steady clock) at entry and at exit: what any profiler that
- * timestamps both ends of an op pays at least.  Not used by profiling.
+ * records anything; and the clock floor, the same callback reading the TSC on x86-64 (xsp's
+ * clock when the kernel's clocksource is tsc; otherwise xsp reads clock_gettime, which costs
+ * more) or the steady clock elsewhere, at entry and at exit: what a profiler that timestamps
+ * both ends of an op with that clock pays at least.  Not used by profiling.
  */
 namespace {
 

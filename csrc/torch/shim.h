@@ -46,8 +46,9 @@ int xsp_torch_attached(void);
 
 /* Benchmarks only: registers / removes a do-nothing global callback with the same scopes and
  * options as ours (the floor any RecordFunction-based profiler pays); with clock nonzero, one
- * that only reads xsp's clock at entry and at exit (the floor of any profiler timestamping
- * both ends of an op).  attach returns 0, or -1 when one is already attached or torch refused;
+ * that only reads the TSC at entry and at exit on x86-64 (xsp's clock when the kernel's
+ * clocksource is tsc; the steady clock elsewhere): the floor of a profiler timestamping both
+ * ends of an op with that clock.  attach returns 0, or -1 when one is already attached or torch refused;
  * detach accepts being called when none is attached. */
 int xsp_torch_floor_attach(int clock);
 void xsp_torch_floor_detach(void);
