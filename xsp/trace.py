@@ -24,6 +24,12 @@ def load(path):
     return Trace(_core.load(path))
 
 
+# numpy formats of the C span fields (csrc/core/trace.h, xsp_span), in native byte order
+_SPAN_FORMATS = {"start_ns": "=i8", "end_ns": "=i8", "parent": "=u4", "name": "=u4",
+                 "thread": "=u4", "attr_off": "=u4", "attr_n": "=u2", "level": "u1",
+                 "kind": "u1", "flags": "=u4"}
+
+
 class Trace:
     """One merged, hierarchical trace: model -> modules -> ops -> CUDA API calls and GPU work.
 
@@ -35,17 +41,31 @@ class Trace:
 
     def __init__(self, data):
         self._data = data
-        c = data.columns()
-        self.start_ns = np.frombuffer(c["start_ns"], dtype=np.uint64).astype(np.int64)
-        self.end_ns = np.frombuffer(c["end_ns"], dtype=np.uint64).astype(np.int64)
-        self._parent = np.frombuffer(c["parent"], dtype=np.uint32)
-        self._name = np.frombuffer(c["name"], dtype=np.uint32)
-        self._thread = np.frombuffer(c["thread"], dtype=np.uint32)
-        self._attr_off = np.frombuffer(c["attr_off"], dtype=np.uint32)
-        self._attr_n = np.frombuffer(c["attr_n"], dtype=np.uint16)
-        self._level = np.frombuffer(c["level"], dtype=np.uint8)
-        self._kind = np.frombuffer(c["kind"], dtype=np.uint8)
-        self._flags = np.frombuffer(c["flags"], dtype=np.uint32)
+        # the span columns: read-only strided views of the C span array (no copy; each view
+        # keeps data alive).  Times are uint64 in C and below 2**63: viewed as int64.
+        itemsize, fields = data.span_layout()
+        names, formats, offsets = [], [], []
+        for name, off, size in fields:
+            fmt = _SPAN_FORMATS[name]
+            if np.dtype(fmt).itemsize != size:
+                raise RuntimeError("xsp: span field %s is %d bytes in the C core, %s here: "
+                                   "rebuild xsp" % (name, size, fmt))
+            names.append(name)
+            formats.append(fmt)
+            offsets.append(off)
+        spans = np.frombuffer(data, dtype=np.dtype({"names": names, "formats": formats,
+                                                    "offsets": offsets,
+                                                    "itemsize": itemsize}))
+        self.start_ns = spans["start_ns"]
+        self.end_ns = spans["end_ns"]
+        self._parent = spans["parent"]
+        self._name = spans["name"]
+        self._thread = spans["thread"]
+        self._attr_off = spans["attr_off"]
+        self._attr_n = spans["attr_n"]
+        self._level = spans["level"]
+        self._kind = spans["kind"]
+        self._flags = spans["flags"]
         a = data.attrs()
         self._akey = np.frombuffer(a["key"], dtype=np.uint32)
         self._atype = np.frombuffer(a["type"], dtype=np.uint32)

@@ -322,3 +322,42 @@ def test_top_attributes_backward_time_to_layers():
     # each of those backward functions is linked to a forward op inside that Conv2d
     for fid in bw[bw.module == conv]["fwd_op"]:
         assert conv in [a.name for a in tr[int(fid)].ancestors()]
+
+
+def test_span_columns_are_read_only_views_of_the_c_spans(tiny):
+    """The span columns are strided views of the C span array (no copy at stop or load): exact
+    values, read-only, and they keep the C trace alive after the Trace is gone."""
+    import gc
+
+    data = tiny._data
+    itemsize, fields = data.span_layout()
+    assert itemsize == 40
+    assert [f[0] for f in fields] == ["start_ns", "end_ns", "parent", "name", "thread",
+                                      "attr_off", "attr_n", "level", "kind", "flags"]
+    assert [(f[1], f[2]) for f in fields] == [(0, 8), (8, 8), (16, 4), (20, 4), (24, 4),
+                                              (28, 4), (32, 2), (34, 1), (35, 1), (36, 4)]
+    view = memoryview(data)
+    assert view.readonly and view.nbytes == 40 * len(tiny)
+    import io
+    with pytest.raises(TypeError, match="read-write"):     # a writable export is refused
+        io.BytesIO(b"x").readinto(data)
+    with pytest.raises(ValueError):
+        np.frombuffer(data, dtype=np.uint8).setflags(write=True)
+    for col in (tiny.start_ns, tiny.end_ns, tiny._parent, tiny._kind, tiny._flags):
+        assert not col.flags.writeable
+        assert col.strides == (40,)
+        with pytest.raises(ValueError):
+            col[0] = 1
+    assert tiny.start_ns.dtype == np.int64 and tiny.end_ns.dtype == np.int64
+    starts = tiny.start_ns
+    assert starts.tolist() == [r[5] for r in ROWS]
+    del tiny, data, view
+    gc.collect()
+    assert starts.tolist() == [r[5] for r in ROWS]     # still valid: the view holds the trace
+
+
+def test_empty_trace_columns():
+    tr = xsp.Trace.from_spans([])
+    assert len(tr) == 0 and tr.start_ns.shape == (0,) and tr.start_ns.dtype == np.int64
+    assert memoryview(tr._data).nbytes == 0
+    assert tr.duration_ns.tolist() == [] and tr.roots() == []
