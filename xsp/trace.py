@@ -42,7 +42,10 @@ class Trace:
     def __init__(self, data):
         self._data = data
         # the span columns: read-only strided views of the C span array (no copy; each view
-        # keeps data alive).  Times are uint64 in C and below 2**63: viewed as int64.
+        # keeps data alive).  Times are uint64 in C, viewed as int64 (as astype did before:
+        # times at or above 2**63 would wrap; clocks start near 0 or at the epoch).
+        # attr_off and attr_n are copied with the attribute columns: add_attrs rewrites them
+        # in place, and a Trace built before must keep offsets that match its attributes.
         itemsize, fields = data.span_layout()
         names, formats, offsets = [], [], []
         for name, off, size in fields:
@@ -61,8 +64,8 @@ class Trace:
         self._parent = spans["parent"]
         self._name = spans["name"]
         self._thread = spans["thread"]
-        self._attr_off = spans["attr_off"]
-        self._attr_n = spans["attr_n"]
+        self._attr_off = spans["attr_off"].copy()
+        self._attr_n = spans["attr_n"].copy()
         self._level = spans["level"]
         self._kind = spans["kind"]
         self._flags = spans["flags"]

@@ -11,9 +11,9 @@
  * surrogateescape, so any byte string survives a round trip; strings coming in (add_attrs,
  * set_meta, _core.build through the xsp_py_* converters) are encoded the same way.
  *
- * add_attrs changes the trace in place: a Python Trace built on this object before sees the
- * new attr_off and attr_n through its span views but keeps its copy of the old attribute
- * columns, so xsp.Trace._with_attrs hands back a new Trace and the old one must not be used.
+ * add_attrs changes the trace in place (attr_off and attr_n of the spans, a new attribute
+ * array): a Python Trace copies those two span columns with the attribute columns, so one built
+ * before stays consistent but stale, and xsp.Trace._with_attrs hands back a new Trace.
  */
 #include "tracedata.h"
 
@@ -103,15 +103,28 @@ static int td_getbuffer(xsp_TraceDataObject *self, Py_buffer *view, int flags)
 static PyObject *td_span_layout(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored))
 {
     (void)self;
-#define FIELD(f) "(snn)", #f, (Py_ssize_t)offsetof(xsp_span, f), \
-        (Py_ssize_t)sizeof(((xsp_span *)0)->f)
-    return Py_BuildValue("n(NNNNNNNNNN)", (Py_ssize_t)sizeof(xsp_span),
-                         Py_BuildValue(FIELD(start_ns)), Py_BuildValue(FIELD(end_ns)),
-                         Py_BuildValue(FIELD(parent)), Py_BuildValue(FIELD(name)),
-                         Py_BuildValue(FIELD(thread)), Py_BuildValue(FIELD(attr_off)),
-                         Py_BuildValue(FIELD(attr_n)), Py_BuildValue(FIELD(level)),
-                         Py_BuildValue(FIELD(kind)), Py_BuildValue(FIELD(flags)));
+#define FIELD(f) {#f, offsetof(xsp_span, f), sizeof(((xsp_span *)0)->f)}
+    static const struct {
+        const char *name;
+        size_t off, size;
+    } fields[] = {FIELD(start_ns), FIELD(end_ns), FIELD(parent),   FIELD(name),
+                  FIELD(thread),   FIELD(attr_off), FIELD(attr_n), FIELD(level),
+                  FIELD(kind),     FIELD(flags)};
 #undef FIELD
+    size_t n = sizeof fields / sizeof fields[0];
+    PyObject *tup = PyTuple_New((Py_ssize_t)n);
+    if (!tup)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *f = Py_BuildValue("(snn)", fields[i].name, (Py_ssize_t)fields[i].off,
+                                    (Py_ssize_t)fields[i].size);
+        if (!f) {
+            Py_DECREF(tup);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tup, (Py_ssize_t)i, f);
+    }
+    return Py_BuildValue("nN", (Py_ssize_t)sizeof(xsp_span), tup);
 }
 
 /* The attribute columns: key (u32), type (u8), value (8 bytes: int64, float64 or u32 id). */

@@ -1,8 +1,9 @@
 /*
  * tracedata.h: xsp._core.TraceData, the Python object that owns a merged C trace.
  *
- * The Python package (xsp/trace.py) wraps it: it pulls columns out once as bytes (turned into
- * numpy arrays without copying again) and never reaches into the C struct otherwise.
+ * The Python package (xsp/trace.py) wraps it: it views the span array through the buffer
+ * protocol (read-only, field offsets from span_layout(), see tracedata.c), pulls the
+ * attribute columns out once as bytes, and never reaches into the C struct otherwise.
  */
 #ifndef XSP_TRACEDATA_H
 #define XSP_TRACEDATA_H

@@ -361,3 +361,16 @@ def test_empty_trace_columns():
     assert len(tr) == 0 and tr.start_ns.shape == (0,) and tr.start_ns.dtype == np.int64
     assert memoryview(tr._data).nbytes == 0
     assert tr.duration_ns.tolist() == [] and tr.roots() == []
+
+
+def test_trace_built_before_add_attrs_stays_consistent(tiny):
+    """add_attrs rewrites attr_off/attr_n in C; a Trace built before keeps its own copies of
+    those and of the attribute columns (stale, but consistent), the new one sees the new."""
+    before = [dict(s.attrs) for s in tiny]
+    new = tiny._with_attrs("x", [0, 3], [7, 8])
+    assert [dict(s.attrs) for s in tiny] == before
+    after = [dict(s.attrs) for s in new]
+    assert after[0] == dict(before[0], x=7) and after[3] == dict(before[3], x=8)
+    assert [a for i, a in enumerate(after) if i not in (0, 3)] == [
+        b for i, b in enumerate(before) if i not in (0, 3)]
+    assert tiny._attr_off.flags.writeable and tiny.start_ns.base is not None
