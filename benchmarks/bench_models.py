@@ -34,9 +34,7 @@ def main(argv=None):
         print(why, file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    if cuda:
-        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    acts = common.activities(torch, cuda)
     levels = "MLG" if cuda else "ML"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     print("model slowdowns (%s), %d iterations per timing, %d rounds; %s"
@@ -90,8 +88,7 @@ def main(argv=None):
                 t3 = common.now()
                 if cuda:      # outside the timing
                     kernels[0] = len(p.trace.spans(kind="kernel"))
-                    kernels[1] = sum(p.trace.counters.get(k, 0) for k in (
-                        "gpu.dropped", "gpu.lost", "gpu.refused_buffers"))
+                    kernels[1] = common.gpu_lost(p.trace)
                 return {"block": t2 - t1, "e2e": t3 - t0}
 
             kernels = [0, 0]

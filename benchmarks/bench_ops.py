@@ -47,34 +47,31 @@ from xsp import _torch
 
 
 def measure(args, cpp):
-    """One table: the variants over args.rounds rounds; returns {variant: (block, e2e)}."""
+    """Prints one table: the variants over args.rounds rounds."""
     cuda = args.device == "cuda"
     n, warm = args.ops, args.ops // 4
     if cpp:
-        work = None
+        def timed():
+            """The untimed ops, then the timed ones; returns the timed ops' duration in ns."""
+            return _torch.bench_add(n, warm)
     else:
         a, b = torch.ones(8, device=args.device), torch.ones(8, device=args.device)
-        sync = torch.cuda.synchronize if cuda else None
 
         def work(k):
             for _ in range(k):
                 torch.add(a, b)
-            if sync is not None:
-                sync()
+            if cuda:
+                torch.cuda.synchronize()
 
-    def timed():
-        """The untimed ops, then the timed ones; returns the timed ops' duration in ns."""
-        if cpp:
-            return _torch.bench_add(n, warm)
-        work(warm)
-        t0 = common.now()
-        work(n)
-        return common.now() - t0
+        def timed():
+            work(warm)
+            t0 = common.now()
+            work(n)
+            return common.now() - t0
 
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    if cuda:
-        acts.append(torch.profiler.ProfilerActivity.CUDA)
-    xsp_name = "xsp LG" if cuda else "xsp L"
+    acts = common.activities(torch, cuda)
+    levels = "LG" if cuda else "L"
+    xsp_name = "xsp " + levels
     counts = {}
 
     def result(t_start, t_block, t_stop):
@@ -109,7 +106,7 @@ def measure(args, cpp):
 
     def xspl():
         t0 = common.now()
-        p = xsp.profile(levels="LG" if cuda else "L")
+        p = xsp.profile(levels=levels)
         p.start()
         t1 = common.now()
         tb = timed()
@@ -121,8 +118,7 @@ def measure(args, cpp):
         assert ops == n + warm, ("xsp recorded %d aten::add, expected %d" % (ops, n + warm))
         if cuda:
             counts["kernels"] = len(p.trace.spans(kind="kernel"))
-            counts["lost"] = sum(p.trace.counters.get(k, 0)
-                                 for k in ("gpu.dropped", "gpu.lost", "gpu.refused_buffers"))
+            counts["lost"] = common.gpu_lost(p.trace)
         return r
 
     variants = {"unprofiled": plain, "floor": floor_of(False), "floor+clock": floor_of(True),
@@ -147,7 +143,6 @@ def measure(args, cpp):
         over[k] = (common.med(ob), common.med(oe))
         print("%-16s %22s %24s" % (k, common.fmt(ob), common.fmt(oe)))
     common.print_ratios(over, xsp_name)
-    return over
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Shared helpers of the benchmarks: interleaved rounds, medians and spread, machine info.
 
-Every benchmark measures all variants in one process and interleaves them round by round, in
-an order shuffled each round, so drift of the machine (frequency, other load) hits all variants
+The wall-time benchmarks measure all variants in one process and interleave them round by
+round (rounds()), in an order shuffled each round, so drift of the machine (frequency, other load) hits all variants
 alike and no variant always runs right after the same other one (a rotated order would time
 one variant always just after torch.profiler's exit, with caches it left cold); it reports the
 median and the interquartile spread over rounds.
@@ -108,6 +108,20 @@ def print_ratios(over, xsp="xsp L"):
         print("clock floor: two clock reads per op cost %.1f ns above the floor; xsp above the "
               "clock floor %.1f ns/op; xsp/clock floor in block %s"
               % (cb - fb, xb - cb, ratio(xb, cb)))
+
+
+def activities(torch, cuda):
+    """torch.profiler's activities for a run: CPU, and CUDA when cuda."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+def gpu_lost(trace):
+    """GPU records an xsp trace lost, dropped or could not buffer (0 when none)."""
+    return sum(trace.counters.get(k, 0)
+               for k in ("gpu.dropped", "gpu.lost", "gpu.refused_buffers"))
 
 
 def gpu_refusal(torch, prog):

@@ -107,7 +107,7 @@ xsp_torch_py_bench_add(PyObject *module, PyObject *args)
     char err[256] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = xsp_torch_bench_add((uint64_t)warm, (uint64_t)n, &ns, err, sizeof err);
+    rc = xsp_torch_bench_add((uint64_t)n, (uint64_t)warm, &ns, err, sizeof err);
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         PyErr_SetString(PyExc_RuntimeError, err);

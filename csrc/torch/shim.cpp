@@ -369,7 +369,7 @@ extern "C" void xsp_torch_floor_detach(void)
     }
 }
 
-extern "C" int xsp_torch_bench_add(uint64_t warm, uint64_t n, uint64_t *ns, char *err,
+extern "C" int xsp_torch_bench_add(uint64_t n, uint64_t warm, uint64_t *ns, char *err,
                                    size_t errlen)
 {
     try {

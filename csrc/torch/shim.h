@@ -48,17 +48,17 @@ int xsp_torch_attached(void);
  * options as ours (the floor any RecordFunction-based profiler pays); with clock nonzero, one
  * that only reads the TSC at entry and at exit on x86-64 (xsp's clock when the kernel's
  * clocksource is tsc; the steady clock elsewhere): the floor of a profiler timestamping both
- * ends of an op with that clock.  attach returns 0, or -1 when one is already attached or torch refused;
- * detach accepts being called when none is attached. */
+ * ends of an op with that clock.  attach returns 0, or -1 when one is already attached or
+ * torch refused; detach accepts being called when none is attached. */
 int xsp_torch_floor_attach(int clock);
 void xsp_torch_floor_detach(void);
 
 /* Benchmarks only: runs at::add on two 8-float CPU tensors warm times untimed, then n times
- * timed, from C++ (each call one RecordFunction event through the dispatcher, as torch.add
+ * timed (the order of xsp._torch.bench_add(n, warm)), from C++ (each call one RecordFunction event through the dispatcher, as torch.add
  * from Python, without the interpreter around it), and stores the timed loop's duration in ns
  * (steady clock) in *ns.  Returns 0, or -1 (with a message in err) when torch threw.  Touches
  * no Python object: callable without the GIL. */
-int xsp_torch_bench_add(uint64_t warm, uint64_t n, uint64_t *ns, char *err, size_t errlen);
+int xsp_torch_bench_add(uint64_t n, uint64_t warm, uint64_t *ns, char *err, size_t errlen);
 
 /* Returns the version of the torch headers the shim was compiled against, e.g. "2.13.0"
  * (TORCH_VERSION, without a local suffix such as "+cpu").  A static string; cannot fail.
