@@ -3,6 +3,8 @@
 xsp._core   C11: the span core (csrc/core), the trace file (csrc/io), the GPU source
             (csrc/gpu, when CUPTI's headers are found) and the CPython binding (csrc/python).
             Needs msgpack-c, found through pkg-config.
+xsp._bench  C++20, dev builds only (XSP_DEV=1): the benchmarks' floor callbacks and C++ loop
+            (benchmarks/csrc); not part of the production library.
 xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
             against the torch installed in the build environment, so install with
             `pip install --no-build-isolation .` after installing torch. Skipped (with a
@@ -106,7 +108,8 @@ core = Extension(
     "xsp._core",
     sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
     + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c")
-    + rel("csrc/python/modcall.c") + GPU_SRC,
+    + rel("csrc/python/modcall.c") + rel("csrc/python/sessionmod.c")
+    + rel("csrc/python/tracebuild.c") + GPU_SRC,
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
     + GPU_ARGS,
@@ -117,6 +120,7 @@ exts = [core]
 
 
 def torch_extension():
+    """A maker of torch extensions (name, sources) -> Extension, or None without torch."""
     try:
         import torch  # noqa: F401
         from torch.utils import cpp_extension
@@ -127,9 +131,9 @@ def torch_extension():
         return None
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    return Extension(
-        "xsp._torch",
-        sources=rel("csrc/torch/shim.cpp") + rel("csrc/python/torchmod.c"),
+    return lambda name, sources: Extension(
+        name,
+        sources=sources,
         include_dirs=["csrc"],
         library_dirs=[torch_lib],
         libraries=["c10", "torch_cpu"],
@@ -153,7 +157,7 @@ class BuildExt(build_ext):
     """Per-language standard flags: C files get -std=c11, C++ files -std=c++20."""
 
     def build_extension(self, ext):
-        if ext.name == "xsp._torch":
+        if ext.name in ("xsp._torch", "xsp._bench"):
             orig = self.compiler._compile
 
             def _compile(obj, src, ext_, cc_args, extra_postargs, pp_opts):
@@ -171,6 +175,9 @@ class BuildExt(build_ext):
 
 t = torch_extension()
 if t is not None:
-    exts.append(t)
+    exts.append(t("xsp._torch", rel("csrc/torch/shim.cpp") + rel("csrc/python/torchmod.c")))
+    if DEV:
+        # the benchmarks' floor callbacks and C++ loop: dev builds only, never in a release
+        exts.append(t("xsp._bench", rel("benchmarks/csrc/bench_torch.cpp")))
 
 setup(ext_modules=exts, cmdclass={"build_ext": BuildExt})

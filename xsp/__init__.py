@@ -8,7 +8,9 @@
 Leveled measurement (each level's latency from the shallowest run that sees it):
     m = xsp.measure(lambda: model(x), levels="ML", repeat=10)
     print(m.report())
-Analyses (DataFrames) are in xsp.analysis, reports in xsp.report; the command line is `xsp`.
+Analyses (DataFrames) are in xsp.analysis, reports in xsp.report (xsp.report.text(trace),
+xsp.report.html(trace, path)), the Chrome trace export in xsp.chrome (xsp.chrome.write(trace,
+path)); the command line is `xsp`.
 
 Levels: M (model: the profiled block, each top-level model call, steps), L (layer: nn.Module
 forwards and the aten ops, autograd backward functions and record_function scopes inside them),
@@ -17,8 +19,9 @@ it; needs a CUDA device).
 
 `import xsp` does not import torch; the torch shim is loaded when a profile needs it.
 """
-from ._core import TraceFormatError
-from .errors import LevelUnavailableError, ProfilerError, XSPWarning
+from .errors import (GPUError, LevelUnavailableError, ProfilerError, SessionActiveError,
+                     SessionStateError, SourceError, TraceFormatError, TraceLostError,
+                     XSPWarning)
 from .levels import parse_levels
 from .profiler import profile, step
 from .trace import Span, Trace, load
@@ -32,6 +35,7 @@ __all__ = [
     "sweep",
     "Measurement",
     "analysis",
+    "chrome",
     "report",
     "Trace",
     "Span",
@@ -40,6 +44,11 @@ __all__ = [
     "TraceFormatError",
     "ProfilerError",
     "LevelUnavailableError",
+    "GPUError",
+    "SessionActiveError",
+    "SessionStateError",
+    "SourceError",
+    "TraceLostError",
     "XSPWarning",
     "__version__",
 ]
@@ -47,7 +56,7 @@ __all__ = [
 # Loaded on first use, so that `import xsp` stays light (pandas and matplotlib load then).
 _LAZY = {"measure": ("leveled", "measure"), "sweep": ("leveled", "sweep"),
          "Measurement": ("leveled", "Measurement"), "analysis": ("analysis", None),
-         "report": ("report", None)}
+         "chrome": ("chrome", None), "report": ("report", None)}
 
 
 def __getattr__(name):

@@ -9,9 +9,13 @@ Recording sources, all feeding the C core's per-thread buffers (no Python per op
     functions and record_function scopes that the torch shim (xsp._torch) records from global
     RecordFunction callbacks straight into the core.
 
-Ordering is what keeps the tree right: the region begins before any hook or callback is
-installed and ends after all are removed, so everything recorded on the profiling thread nests
-under it; roots on other threads are adopted by the region at stop.
+`profile` is a subclass of the C type xsp._core.Session (csrc/python/sessionmod.c): its
+__enter__ and __exit__ are C functions that start and stop everything in one call each, so a
+KeyboardInterrupt lands before or after them, never between two steps.  Everything that needs
+Python (importing torch, checking the GPU, making the module wrapper) happens in __init__,
+before anything is installed; stop finishes the trace in C (meta, thread names, attributes),
+and the trace never changes afterwards.  Ordering keeps the tree right: the region begins
+before the wrapper and the torch callback are installed and ends after both are removed.
 """
 import os
 import sys
@@ -20,7 +24,7 @@ import warnings
 import weakref
 
 from . import _core
-from .errors import LevelUnavailableError, ProfilerError, XSPWarning
+from .errors import LevelUnavailableError, ProfilerError, SessionStateError, XSPWarning
 from .levels import parse_levels
 from .trace import Trace
 
@@ -30,12 +34,9 @@ KIND = {name: i for i, name in enumerate(_core.KINDS)}
 # Smallest cap: one chunk of 4096 48-byte records (csrc/core/tbuf.h), so the region fits.
 MIN_MEMORY = 1 << 18
 
-_active_lock = threading.Lock()
-_active = None   # the profile currently recording, protected by _active_lock
-
 
 def _caller():
-    """file:line of the user code that started a profile, for error messages."""
+    """file:line of the user code that made a profile, for error messages."""
     here = os.path.dirname(os.path.abspath(__file__))
     f = sys._getframe(1)
     while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
@@ -50,8 +51,10 @@ class _ModuleCalls:
     torch's slow _call_impl path, which alone costs several microseconds per call (measured:
     about 3-4 us on this machine, more than xsp's recording); one wrapper function costs a
     fraction of that.  try/finally also ends the span when the forward raises anything,
-    KeyboardInterrupt included.  The wrapper is inert once stopped (in case another tool wrapped
-    __call__ after us and we cannot unwrap), and restored when it is still the class attribute.
+    KeyboardInterrupt included.  This class only makes the wrapper (make()); the session installs
+    it at start, gives it the __call__ in place then, turns it off at stop (it then only
+    forwards, in case another tool wrapped __call__ after us) and puts the original back when
+    the wrapper is still the class attribute, all in C (sessionmod.c).
 
     Each thread keeps its own state: the number of open module calls, and the qualified-name
     map (id(submodule) -> 'layer1.0.conv1', from named_modules()) of the top-level (model) call
@@ -71,10 +74,8 @@ class _ModuleCalls:
         self._record_modules = record_modules
         self._tls = threading.local()
         self._names = {}            # id(root) -> (weakref(root), {id(module): qualname})
-        self._on = [False]          # read by the wrapper on every call
-        self._orig = None           # the __call__ we wrapped
-        self._wrapper = None        # our wrapper
-        self._errors = 0            # exceptions caught inside the Python bookkeeping
+        self._errors = 0            # exceptions caught inside the Python bookkeeping (the
+                                    # session reads it at stop: a plain attribute)
         self._c = None              # the C wrapper (_core.ModuleCall) when it is used
         self._roots = {}            # thread ident -> its current top-level module (C wrapper)
         self._c_keep = {}           # id -> every names map handed to the C wrapper, kept alive
@@ -86,26 +87,26 @@ class _ModuleCalls:
         """Failures inside the bookkeeping (counted, never raised)."""
         return self._errors + (self._c.errors if self._c is not None else 0)
 
-    def install(self):
-        Module = self._torch.nn.Module
-        orig = Module.__call__
+    def make(self):
+        """The wrapper to install as nn.Module.__call__, and the Python wrapper's [on, orig]
+        list (None for the C wrapper); the session fills both in at start."""
+        orig = self._torch.nn.Module.__call__
         if self.side is None:
             # the common case: the wrapper in C (csrc/python/modcall.c); a nested module call
             # runs no Python of ours
             self._c = _core.ModuleCall(orig, self._c_top, self._c_name_of, self._c_new_thread,
                                        self._record_modules)
-            self._orig, self._wrapper = orig, self._c
-            self._on[0] = True
-            Module.__call__ = self._c
-            return
+            self._c.set_on(False)
+            return self._c, None
         # recording shapes or memory: a Python wrapper, which also keeps the side table
-        on, tls, end = self._on, self._tls, _core.end
+        cell = [False, None]        # [recording, the __call__ wrapped]: set by the session
+        tls, end = self._tls, _core.end
         new_state = self._new_state
         key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
 
         def __call__(module, *args, **kwargs):
-            if not on[0]:
-                return orig(module, *args, **kwargs)
+            if not cell[0]:
+                return cell[1](module, *args, **kwargs)
             try:
                 state = tls.state
             except AttributeError:
@@ -114,7 +115,7 @@ class _ModuleCalls:
             rec = extra_enter(args, kwargs) if key is not None else None
             state[0] += 1
             try:
-                return orig(module, *args, **kwargs)
+                return cell[1](module, *args, **kwargs)
             finally:
                 state[0] -= 1
                 if rec is not None:
@@ -124,18 +125,7 @@ class _ModuleCalls:
 
         __call__.__wrapped__ = orig
         __call__.__qualname__ = "Module.__call__ (xsp)"
-        self._orig, self._wrapper = orig, __call__
-        on[0] = True
-        Module.__call__ = __call__
-
-    def remove(self):
-        self._on[0] = False
-        if self._c is not None:
-            self._c.set_on(False)
-        self._roots.clear()
-        Module = self._torch.nn.Module
-        if Module.__dict__.get("__call__") is self._wrapper:
-            Module.__call__ = self._orig
+        return __call__, cell
 
     def _qualnames(self, root):
         entry = self._names.get(id(root))
@@ -245,7 +235,7 @@ class _ModuleCalls:
         return state[0] if state is not None else 0
 
 
-class profile:
+class profile(_core.Session):
     """Records one merged trace of the code run inside the `with` block.
 
         with xsp.profile(levels="ML") as prof:
@@ -254,120 +244,110 @@ class profile:
         trace = prof.trace         # an xsp.Trace
 
     levels: letters M, L, G in any order and case.  G needs a CUDA device, a CUDA build of torch
-        and an xsp built with CUPTI's headers; otherwise starting raises LevelUnavailableError
-        saying which is missing, or, with gpu_fallback=True, warns and records M and L only.
+        and an xsp built with CUPTI's headers; otherwise making the profile (or starting it,
+        when CUPTI refuses) raises LevelUnavailableError saying which is missing, or, with
+        gpu_fallback=True, warns and records M and L only.
     name: the region span's name.
     max_memory: cap in bytes on recording memory; spans past it are counted in the trace's
         counters ("lost.cap"), never a crash.
     gpu_max_memory: cap in bytes on the GPU records kept (past it they are counted in
         "gpu.lost"); CUPTI's own buffers come on top (8 MiB each, at most 32).
-    Only one profile records at a time; starting a second raises ProfilerError.
+    Only one profile records at a time; starting a second raises SessionActiveError.
+
+    Interrupts: start and stop are one C call each.  After any exception or KeyboardInterrupt at
+    any moment of the block, including during start and stop, nothing stays installed and the
+    next profile works; the trace is kept whenever recording had started (meta "interrupted" or
+    "exception" says how the block ended), or the exception says it was lost.
+    Fork: a child forked inside the block inherits an inert copy: it records nothing, has no
+    trace, and warns once (docs/design.md).
     """
 
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
                  profile_memory=False):
-        self.levels = parse_levels(levels)
-        self.record_shapes = bool(record_shapes)
-        self.profile_memory = bool(profile_memory)
-        self.gpu_fallback = bool(gpu_fallback)
+        levels = parse_levels(levels)
         if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
             raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
                              % (gpu_max_memory,))
-        self.gpu_max_memory = gpu_max_memory
-        if not isinstance(name, str) or not name:
-            raise ValueError("name must be a non-empty string")
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise ValueError("name must be a non-empty string without NUL characters")
         if not isinstance(max_memory, int) or max_memory < MIN_MEMORY:
             raise ValueError("max_memory must be an int of at least %d bytes (one chunk of "
                              "records), not %r" % (MIN_MEMORY, max_memory))
         self.name = name
         self.max_memory = max_memory
-        self.trace = None
-        self._modules = None
-        self._shim = None
-        self._region = None
-        self._step = None
-        self._steps = 0
-        self._where = None
-        self._thread = None
-        self._sync_error = None
-
-    # -- starting and stopping ---------------------------------------------------------------
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.stop()
-        return False
-
-    def start(self):
-        """Starts recording (what `with` does on entry)."""
-        global _active
-        if self.trace is not None:
-            raise ProfilerError("this xsp.profile has already run; create a new one")
+        self.gpu_max_memory = gpu_max_memory
+        self.gpu_fallback = bool(gpu_fallback)
+        self.record_shapes = bool(record_shapes)
+        self.profile_memory = bool(profile_memory)
+        self._trace = None
         torch = None
-        if "L" in self.levels or "G" in self.levels:
+        if "L" in levels or "G" in levels:
             torch = _import_torch()
         elif "torch" in sys.modules:
             torch = sys.modules["torch"]
-        if "G" in self.levels:
-            self._check_gpu(torch)
-        shim = _load_shim(torch) if "L" in self.levels else None
-        with _active_lock:
-            if _active is not None:
-                raise ProfilerError(
-                    "another xsp.profile is already recording (started at %s); xsp records one "
-                    "session at a time: stop it before starting this one" % _active._where)
-            self._where = _caller()
-            self._thread = threading.get_ident()
-            self._start_core()
-            _active = self
-        try:
-            if "M" in self.levels:
-                self._region = _core.begin(LEVEL_M, KIND["region"], self.name)
-            if torch is not None and ("M" in self.levels or "L" in self.levels):
-                self._modules = _ModuleCalls(torch, "M" in self.levels, "L" in self.levels,
-                                             self.record_shapes, self.profile_memory)
-                self._modules.thread_names[threading.get_native_id()] = \
-                    threading.current_thread().name
-                self._modules.install()
-            if shim is not None:
-                shim.attach()
-                self._shim = shim
-            if "M" in self.levels:
-                # the first step begins once everything is installed, so that it does not
-                # carry the set-up (and ends, at stop, before anything is taken down)
-                self._step = _core.begin(LEVEL_M, KIND["step"], "step#0")
-        except BaseException:
-            self._teardown()
-            raise
+        if "G" in levels:
+            why = gpu_unavailable_reason(torch)
+            if why is not None:
+                levels = self._no_gpu("level G cannot be recorded: " + why, levels)
+        shim = _load_shim(torch) if "L" in levels else None
+        self._modules = None
+        wrapper = cell = None
+        names = {}
+        if torch is not None and ("M" in levels or "L" in levels):
+            self._modules = _ModuleCalls(torch, "M" in levels, "L" in levels,
+                                         self.record_shapes, self.profile_memory)
+            wrapper, cell = self._modules.make()
+            names = self._modules.thread_names
+        names[threading.get_native_id()] = threading.current_thread().name
+        from . import __version__
+        meta = {"xsp_version": __version__}
+        if torch is not None:
+            meta["torch_version"] = str(torch.__version__)
+        self._setup(levels, name if "M" in levels else None, max_bytes=max_memory,
+                    gpu="G" in levels, gpu_max_bytes=gpu_max_memory,
+                    gpu_share=_cupti_share_ok() if "G" in levels else False,
+                    gpu_fallback=self.gpu_fallback,
+                    module_type=torch.nn.Module if wrapper is not None else None,
+                    wrapper=wrapper, cell=cell, torch=shim._C_API if shim is not None else None,
+                    sync=_synchronize_all if "G" in levels else None, names=names,
+                    more_names=_thread_names,
+                    side=self._modules.side if self._modules is not None else None,
+                    hook_owner=self._modules, meta=meta, where=_caller())
 
-    def _check_gpu(self, torch):
-        """Raises LevelUnavailableError (or, with gpu_fallback, warns and drops G) when G cannot
-        be recorded here; loads libcupti otherwise."""
-        why = gpu_unavailable_reason(torch)
-        if why is not None:
-            self._no_gpu("level G cannot be recorded: " + why)
-
-    def _no_gpu(self, msg):
+    def _no_gpu(self, msg, levels):
         if not self.gpu_fallback:
             raise LevelUnavailableError(msg + "; profile with levels='ML', or pass "
                                         "gpu_fallback=True to fall back to M and L")
         warnings.warn(msg + "; recording levels %s only (gpu_fallback=True)"
-                      % self.levels.replace("G", ""), XSPWarning, stacklevel=4)
-        self.levels = self.levels.replace("G", "")
+                      % levels.replace("G", ""), XSPWarning, stacklevel=3)
+        return levels.replace("G", "")
 
-    def _start_core(self):
-        if "G" not in self.levels:
-            _core.start(max_bytes=self.max_memory, adopt_roots=True)
-            return
-        try:
-            _core.start(max_bytes=self.max_memory, adopt_roots=True, gpu=True,
-                        gpu_max_bytes=self.gpu_max_memory, gpu_share=_cupti_share_ok())
-        except _core.GPUError as exc:
-            self._no_gpu("level G cannot be recorded: " + str(exc).replace("xsp: ", "", 1))
-            _core.start(max_bytes=self.max_memory, adopt_roots=True)
+    @property
+    def levels(self):
+        """The levels recorded (without G when gpu_fallback dropped it)."""
+        return self._levels
+
+    @property
+    def trace(self):
+        """The xsp.Trace, once the profile has stopped (else None)."""
+        if self._trace is None:
+            data = self._data
+            if data is not None:
+                self._trace = Trace(data)
+        return self._trace
+
+    # -- starting and stopping: __enter__ and __exit__ are the C type's ------------------------
+    def start(self):
+        """Starts recording (what `with` does on entry)."""
+        self._start()
+
+    def stop(self):
+        """Stops recording and returns the trace (what `with` does on exit, which is the safer
+        way: a KeyboardInterrupt between a start() and its stop() leaves the profile
+        recording).  Must run on the thread that started the profile."""
+        self._stop()
+        return self.trace
 
     def step(self):
         """Marks the end of one iteration: closes the current step span and opens the next.
@@ -376,108 +356,38 @@ class profile:
         is kept only if something was recorded in it.  Call it between model calls, not inside
         one (ProfilerError).  Without M in the levels it does nothing.
         """
-        if self.trace is not None or _active is not self:
-            raise ProfilerError("step() needs a running xsp.profile")
-        if threading.get_ident() != self._thread:
-            raise ProfilerError("step() must be called on the thread that started the profile")
-        if self._step is None:
-            return
-        if self._modules is not None and self._modules.depth():
+        if (self._state == "recording" and self._modules is not None and "M" in self.levels
+                and threading.get_ident() == self._thread and self._modules.depth()):
             raise ProfilerError("step() was called inside a model call; call it between "
                                 "iterations")
-        _core.end(self._step)
-        self._steps += 1
-        self._step = _core.begin(LEVEL_M, KIND["step"], "step#%d" % self._steps)
-
-    def stop(self):
-        """Stops recording and builds `self.trace` (what `with` does on exit).  Must run on the
-        thread that started the profile (its region and step spans are open there)."""
-        if _active is not self:
-            if self.trace is not None:
-                return self.trace
-            raise ProfilerError("this xsp.profile is not recording")
-        if threading.get_ident() != self._thread:
-            raise ProfilerError("stop() must be called on the thread that started the profile")
-        self._teardown()
-        return self.trace
-
-    def _teardown(self):
-        """Removes the callback and the module wrapper, ends M spans, stops the core, keeps the
-        trace.  Whatever fails, the session ends and the next profile can start."""
-        global _active
-        try:
-            try:
-                if self._step is not None:
-                    flag = _core.FLAG_ELIDE if self._steps == 0 else _core.FLAG_ELIDE_IF_EMPTY
-                    _core.end(self._step, flag)
-                if "G" in self.levels:
-                    self._sync_error = _synchronize_all()
-                if self._shim is not None:
-                    self._shim.detach()
-                if self._modules is not None:
-                    self._modules.remove()
-                if self._region is not None:
-                    _core.end(self._region)
-            finally:
-                data = _core.stop()
-        finally:
-            with _active_lock:
-                _active = None
-        self.trace = Trace(data)
-        try:
-            self._decorate(data)
-            if self._modules is not None and self._modules.side:
-                _attach_side(data, self.trace, self._modules.side)
-                self.trace = Trace(data)
-        finally:
-            self.trace.meta = data.meta()
-
-    def _decorate(self, data):
-        """Metadata and thread names; a failure here never loses the trace."""
-        data.set_meta("levels", self.levels)
-        data.set_meta("region", self.name)
-        data.set_meta("steps", int((self.trace._kind == KIND["step"]).sum()))
-        if self._modules is not None:
-            data.set_meta("hook_errors", self._modules.errors)
-        if self._sync_error:
-            data.set_meta("sync_error", self._sync_error)
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            data.set_meta("torch_version", str(torch.__version__))
-        from . import __version__
-        data.set_meta("xsp_version", __version__)
-        names = dict(self._modules.thread_names) if self._modules is not None else {}
-        names.setdefault(threading.get_native_id(), threading.current_thread().name)
-        for t in threading.enumerate():
-            if t.native_id is not None:
-                names.setdefault(t.native_id, t.name)
-        for tid, name in names.items():
-            try:
-                data.set_thread_name(tid, name)
-            except (UnicodeError, ValueError):
-                data.set_thread_name(tid, name.encode("utf-8", "replace").decode("utf-8"))
-        self.trace.threads = data.threads()
+        self._step()
 
     def report(self, top=10):
         """The text summary of the trace (xsp.report.text); after the block only."""
         if self.trace is None:
-            raise ProfilerError("report() needs a finished profile: call it after the block")
-        return self.trace.report(top=top)
+            raise SessionStateError("report() needs a finished profile: call it after the "
+                                    "block")
+        from . import report
+        return report.text(self.trace, top=top)
 
     def _repr_html_(self):
         return self.trace._repr_html_() if self.trace is not None else None
 
     def __repr__(self):
-        state = "recording" if _active is self else ("done" if self.trace is not None else "new")
-        return "<xsp.profile levels=%s %s>" % (self.levels, state)
+        return "<xsp.profile levels=%s %s>" % (self.levels, self._state)
 
 
 def step():
     """Marks the end of an iteration in the profile that is recording, as its step() does;
     does nothing when none is.  For code profiled from outside, e.g. by `xsp run`."""
-    prof = _active
+    prof = _core.active_session()
     if prof is not None:
         prof.step()
+
+
+def _thread_names():
+    """Native thread id -> name of the Python threads alive now (the session calls it at stop)."""
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 
 
 def _shapes_of(args, kwargs, torch):
@@ -494,37 +404,6 @@ def _shapes_of(args, kwargs, torch):
 
     parts = [one(a) for a in args] + ["%s=%s" % (k, one(v)) for k, v in kwargs.items()]
     return ", ".join(parts)
-
-
-def _attach_side(data, trace, side):
-    """Adds the attributes the module wrapper collected (shapes, mem_bytes) to the model and
-    module spans they belong to: per thread, the k-th recorded call is the k-th model/module
-    span of that thread in start order.  A thread whose counts differ (spans lost to the memory
-    cap) gets none; their number goes into meta "attrs_unmatched"."""
-    import numpy as np
-    kinds = np.isin(trace._kind, (KIND["model"], KIND["module"]))
-    tids = np.array([t[0] for t in trace.threads], dtype=np.int64)
-    span_tid = tids[trace._thread] if len(trace) else np.zeros(0, dtype=np.int64)
-    shapes_ids, shapes_vals, mem_ids, mem_vals = [], [], [], []
-    unmatched = 0
-    for tid, recs in side.items():
-        ids = np.nonzero(kinds & (span_tid == tid))[0]
-        if len(ids) != len(recs):
-            unmatched += len(recs)
-            continue
-        for i, rec in zip(ids.tolist(), recs):
-            if rec[0] is not None:
-                shapes_ids.append(i)
-                shapes_vals.append(rec[0])
-            if rec[2] is not None:
-                mem_ids.append(i)
-                mem_vals.append(int(rec[2]))
-    for key, ids, vals in (("shapes", shapes_ids, shapes_vals), ("mem_bytes", mem_ids, mem_vals)):
-        if ids:
-            order = np.argsort(ids, kind="stable")
-            data.add_attrs(key, [ids[j] for j in order], [vals[j] for j in order])
-    if unmatched:
-        data.set_meta("attrs_unmatched", unmatched)
 
 
 def gpu_unavailable_reason(torch):
@@ -591,25 +470,11 @@ def _cupti_dirs(torch):
     return [d for d in dirs if os.path.isdir(d)]
 
 
-def _after_fork_in_child():
-    """A forked child (a DataLoader worker) does not inherit the recording: the core already
-    dropped the session (pthread_atfork); here the torch callback and the module wrapper go."""
-    global _active, _active_lock
-    _active_lock = threading.Lock()   # the parent may have held it while forking
-    prof = _active
-    _active = None
-    if prof is not None:
-        try:
-            if prof._shim is not None:
-                prof._shim.detach()
-            if prof._modules is not None:
-                prof._modules.remove()
-        except Exception:
-            pass
-
-
+# A forked child (a DataLoader worker) does not inherit the recording: the core drops it in its
+# pthread_atfork handler, and this C function puts Module.__call__ back, detaches the torch
+# callback and makes the inherited profile inert (sessionmod.c).
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_core._after_fork_child)
 
 
 def _import_torch():

@@ -39,7 +39,7 @@
 #define DEFAULT_POOL (4ull << 20)
 #define CHUNK_BYTES ((uint64_t)XSP_LOG_BYTES)
 
-typedef struct xsp_session {
+typedef struct rec_session {
     uint64_t gen;                /* generation while active (odd) */
     uint64_t cap;                /* max_bytes */
     int adopt_roots;             /* config.adopt_roots */
@@ -50,11 +50,11 @@ typedef struct xsp_session {
     _Atomic uint32_t pool_next;  /* next unused pool chunk, at most pool_n */
     _Atomic int full;            /* sticky: the cap was reached, no more chunks this session */
     _Atomic uint64_t bytes;      /* bytes charged against cap */
-} xsp_session;
+} rec_session;
 
 static _Atomic uint64_t g_gen = 0;               /* see above */
 static _Atomic(xsp_tbuf *) g_registry = NULL;    /* see above */
-static xsp_session g_sess;                       /* protected by g_lock, see above */
+static rec_session g_sess;                         /* protected by g_lock, see above */
 static char *g_pool = NULL;                      /* the pool memory, kept between sessions;
                                                     protected by g_lock */
 static uint32_t g_pool_n = 0;                    /* chunks in g_pool; protected by g_lock */
@@ -662,12 +662,12 @@ int xsp_rec_set_hooks(const xsp_span_hooks *hooks)
     return busy ? -1 : 0;
 }
 
-int xsp_session_active(void)
+int xsp_rec_active(void)
 {
     return (int)(atomic_load(&g_gen) & 1);
 }
 
-int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen)
+int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen)
 {
     pthread_mutex_lock(&g_lock);
     if (atomic_load(&g_gen) & 1) {
@@ -765,12 +765,12 @@ static void reap_dead(void)
     }
 }
 
-int xsp_session_stop(xsp_trace **out, char *err, size_t errlen)
+int xsp_rec_stop(xsp_trace **out, char *err, size_t errlen)
 {
-    return xsp_session_stop_ex(out, NULL, err, errlen);
+    return xsp_rec_stop_ex(out, NULL, err, errlen);
 }
 
-int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen)
+int xsp_rec_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen)
 {
     *out = NULL;
     pthread_mutex_lock(&g_lock);

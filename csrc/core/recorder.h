@@ -17,7 +17,7 @@
  * begun before that still find room, in small chunks past the cap).  Nesting deeper than
  * XSP_MAX_DEPTH is counted in "lost.depth".
  *
- * Stopping: xsp_session_stop() flips the global generation so that every later begin/end is a
+ * Stopping: xsp_rec_stop() flips the global generation so that every later begin/end is a
  * no-op, waits for any thread inside a begin/end to leave it (a per-thread busy flag, Dekker
  * style, so the hot path needs no lock), then replays and merges all buffers into one trace.
  */
@@ -37,16 +37,16 @@
 
 typedef struct xsp_config {
     uint64_t max_bytes;   /* cap on recording memory (records + names); 0 = default 1 GiB */
-    uint64_t pool_bytes;  /* record memory reserved at start, 0 = default min(16 MiB, cap) */
+    uint64_t pool_bytes;  /* record memory reserved at start, 0 = default min(4 MiB, cap) */
     int      adopt_roots; /* 1: roots on other threads become children of the region span */
 } xsp_config;
 
 /* Starts a session.  Returns 0, or -1 with a message in err when a session is already active
  * or memory for the pool cannot be had (then nothing changed).  Thread-safe against stop. */
-int xsp_session_start(const xsp_config *cfg, char *err, size_t errlen);
+int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen);
 
 /* Returns 1 while a session is recording, else 0. Cannot fail. */
-int xsp_session_active(void);
+int xsp_rec_active(void);
 
 /* Maps an external id (xsp_ext_id) to the id of its span in the trace being merged (an elided
  * span maps to its parent), or XSP_NO_PARENT. */
@@ -62,14 +62,14 @@ typedef struct xsp_merge_extra {
     void *arg;   /* handed to fn */
 } xsp_merge_extra;
 
-/* As xsp_session_stop, with a further source merged in (extra may be NULL). */
-int xsp_session_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
+/* As xsp_rec_stop, with a further source merged in (extra may be NULL). */
+int xsp_rec_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
 
 /* Stops the active session and merges everything recorded into *out (a new trace owned by the
  * caller).  Spans still open are ended at the stop time with XSP_FLAG_OPEN_AT_STOP.  Returns
  * 0, or -1 with a message in err when no session is active or merging runs out of memory (the
  * session is stopped either way and its buffers are freed). */
-int xsp_session_stop(xsp_trace **out, char *err, size_t errlen);
+int xsp_rec_stop(xsp_trace **out, char *err, size_t errlen);
 
 /* Hot path.  Begins a span on the calling thread.  name/name_len: the span's name (need not be
  * NUL-terminated, copied on first sight); name2: an optional second string (a module's class)

@@ -4,7 +4,7 @@
  *
  * Ownership: a tbuf belongs to one OS thread for that thread's life and is linked into a
  * process-wide registry that only grows at the head (lock-free push).  Only its thread writes
- * it while `busy` is set and a session is active; xsp_session_stop() reads and resets it after
+ * it while `busy` is set and a session is active; xsp_rec_stop() reads and resets it after
  * switching the generation and waiting for `busy` to clear.  That handshake is the only
  * synchronisation: the hot path takes no lock.
  *

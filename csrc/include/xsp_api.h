@@ -5,6 +5,7 @@
  * cannot link against the core's symbols (extensions are loaded RTLD_LOCAL and built with
  * hidden visibility).  Instead xsp._core exports a PyCapsule named "xsp._core._C_API" holding
  * one static const xsp_core_api; the shim copies the pointers it needs once at attach time.
+ * The torch shim exports its own table back the same way (xsp_torch_api, below).
  * ABI rule: fields are only ever appended, and version is bumped when they are.
  */
 #ifndef XSP_API_H
@@ -26,7 +27,7 @@
 typedef struct xsp_core_api {
     uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
     uint32_t size;         /* sizeof(xsp_core_api) of the core that filled the table */
-    /* recorder.h: xsp_rec_begin, xsp_rec_end, xsp_rec_now, xsp_session_active */
+    /* recorder.h: xsp_rec_begin, xsp_rec_end, xsp_rec_now, xsp_rec_active */
     void (*rec_begin)(uint8_t level, uint8_t kind, const char *name, size_t name_len,
                       const char *name2, size_t name2_len, uint64_t key, int64_t a0, int64_t a1);
     void (*rec_end)(uint64_t key, uint32_t flags);
@@ -39,5 +40,20 @@ typedef struct xsp_core_api {
     void (*rec_end_l)(uint64_t key);
     void (*names_changed)(void);
 } xsp_core_api;
+
+/* The other direction: the torch shim's table, exported by xsp._torch as the capsule
+ * "xsp._torch._C_API", which xsp._core's sessions take to attach and detach the RecordFunction
+ * callback inside their own start and stop (csrc/torch/shim.h has the contracts).  Same ABI
+ * rule. */
+#define XSP_TORCH_API_CAPSULE "xsp._torch._C_API"
+#define XSP_TORCH_API_VERSION 1
+
+typedef struct xsp_torch_api {
+    uint32_t version;      /* XSP_TORCH_API_VERSION of the shim that filled the table */
+    uint32_t size;         /* sizeof(xsp_torch_api) of the shim that filled the table */
+    int (*attach)(const xsp_core_api *api, char *err, size_t errlen);  /* xsp_torch_attach */
+    void (*detach)(void);                                              /* xsp_torch_detach */
+    int (*attached)(void);                                             /* xsp_torch_attached */
+} xsp_torch_api;
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * modcall.c: xsp._core.ModuleCall, the nn.Module.__call__ wrapper of levels M and L, in C.
  *
- * While a profile records M or L, xsp replaces nn.Module.__call__ with one of these objects
- * (xsp/profiler.py, _ModuleCalls).  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR),
+ * While a profile records M or L, its session (sessionmod.c) replaces nn.Module.__call__ with
+ * one of these objects, made by xsp/profiler.py (_ModuleCalls) and given the __call__ it wraps
+ * at the session's start (the one in place then).  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR),
  * so CPython calls it unbound with the module first, as it calls a Python function, and a
  * vectorcall: a nested module call costs one dict lookup, the core's begin and end, and the
  * call of the wrapped __call__, with no Python frame of ours.  (The Python wrapper it replaces
@@ -254,6 +255,27 @@ static PyObject *mc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
     return PyMethod_New(self, obj);
+}
+
+int xsp_modulecall_is(PyObject *o)
+{
+    return Py_TYPE(o)->tp_dealloc == (destructor)mc_dealloc;
+}
+
+void xsp_modulecall_set_on(PyObject *o, int on)
+{
+    atomic_store_explicit(&((xsp_ModuleCallObject *)o)->on, on, memory_order_relaxed);
+}
+
+void xsp_modulecall_set_orig(PyObject *o, PyObject *orig)
+{
+    xsp_ModuleCallObject *self = (xsp_ModuleCallObject *)o;
+    Py_XSETREF(self->orig, Py_NewRef(orig));
+}
+
+long long xsp_modulecall_errors(PyObject *o)
+{
+    return atomic_load_explicit(&((xsp_ModuleCallObject *)o)->errors, memory_order_relaxed);
 }
 
 static PyObject *mc_set_on(xsp_ModuleCallObject *self, PyObject *arg)

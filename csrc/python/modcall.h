@@ -14,6 +14,17 @@
 /* The type's spec. */
 extern PyType_Spec xsp_modulecall_spec;
 
+/* 1 when o is a ModuleCall, else 0. Cannot fail. */
+int xsp_modulecall_is(PyObject *o);
+
+/* For the session (o must be a ModuleCall; none of these fails or runs Python code):
+ * set_on turns recording on (1) or makes the wrapper a plain forwarder (0); set_orig makes it
+ * wrap orig (a new reference is taken, the old one released: the caller keeps another reference
+ * to the old one, so no finaliser runs); errors is the failures counted in its bookkeeping. */
+void xsp_modulecall_set_on(PyObject *o, int on);
+void xsp_modulecall_set_orig(PyObject *o, PyObject *orig);
+long long xsp_modulecall_errors(PyObject *o);
+
 /* A new key for a span begun from Python or from the module wrapper: bit 55 set, so it never
  * equals an object address (the torch shim's keys, below 2^47), and below 2^56 as the core
  * requires.  Cannot fail; thread-safe. */

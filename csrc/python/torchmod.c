@@ -6,7 +6,9 @@
  * attached() forward to it.  The module also exposes torch_version, the version of the torch
  * headers the shim was compiled against, so that the Python package can refuse to use a shim
  * built for another torch than the one imported (libtorch's C++ ABI is per version).  Import
- * torch before this module: the shared object links libc10 and libtorch_cpu.
+ * torch before this module: the shared object links libc10 and libtorch_cpu.  Profiles do not
+ * call attach() and detach() from Python: xsp._core's session takes the shim's table from the
+ * capsule _C_API and attaches inside its own start (one C call, see core/session.h).
  *
  * The module keeps no state of its own (m_size 0): the one thing attached is torch's global
  * callback list, which is process-wide by nature, and the shim guards it with its own lock.
@@ -68,75 +70,24 @@ xsp_torch_py_attached(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(xsp_torch_attached());
 }
 
-static PyObject *
-xsp_torch_py_floor_attach(PyObject *module, PyObject *args, PyObject *kwargs)
-{
-    (void)module;
-    static char *kwlist[] = {"clock", NULL};
-    int clock = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:floor_attach", kwlist, &clock))
-        return NULL;
-    if (xsp_torch_floor_attach(clock) != 0) {
-        PyErr_SetString(PyExc_RuntimeError, "xsp._torch: floor callback already attached or refused");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-xsp_torch_py_floor_detach(PyObject *module, PyObject *Py_UNUSED(ignored))
-{
-    (void)module;
-    xsp_torch_floor_detach();
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-xsp_torch_py_bench_add(PyObject *module, PyObject *args)
-{
-    (void)module;
-    Py_ssize_t n = 0, warm = 0;
-    if (!PyArg_ParseTuple(args, "n|n:bench_add", &n, &warm))
-        return NULL;
-    if (n < 0 || warm < 0) {
-        PyErr_Format(PyExc_ValueError, "bench_add: n and warm must be >= 0, got %zd and %zd",
-                     n, warm);
-        return NULL;
-    }
-    uint64_t ns = 0;
-    char err[256] = "";
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = xsp_torch_bench_add((uint64_t)n, (uint64_t)warm, &ns, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
-        PyErr_SetString(PyExc_RuntimeError, err);
-        return NULL;
-    }
-    return PyLong_FromUnsignedLongLong(ns);
-}
-
 static PyMethodDef xsp_torch_methods[] = {
-    {"bench_add", xsp_torch_py_bench_add, METH_VARARGS,
-     "bench_add(n, warm=0) -> int\n\nBenchmarks only: ns taken by n calls of at::add on two "
-     "8-float CPU tensors, looped in C++ after warm untimed calls (the GIL released)."},
-    {"floor_attach", (PyCFunction)(void (*)(void))xsp_torch_py_floor_attach,
-     METH_VARARGS | METH_KEYWORDS,
-     "floor_attach(clock=False)\n\nBenchmarks only: registers a do-nothing RecordFunction "
-     "callback (the floor); with clock=True one that reads the TSC (x86-64) at entry and exit."},
-    {"floor_detach", xsp_torch_py_floor_detach, METH_NOARGS,
-     "Benchmarks only: removes the do-nothing callback."},
     {"attach", xsp_torch_py_attach, METH_NOARGS, attach_doc},
     {"detach", xsp_torch_py_detach, METH_NOARGS, detach_doc},
     {"attached", xsp_torch_py_attached, METH_NOARGS, attached_doc},
     {NULL, NULL, 0, NULL}
 };
 
-/* Py_mod_exec: adds torch_version.  Returns 0, or -1 with an exception set. */
+/* Py_mod_exec: adds torch_version and the capsule of the shim's table (xsp_api.h), through
+ * which xsp._core's sessions attach and detach.  Returns 0, or -1 with an exception set. */
 static int
 xsp_torch_exec(PyObject *module)
 {
-    return PyModule_AddStringConstant(module, "torch_version", xsp_torch_build_version());
+    if (PyModule_AddStringConstant(module, "torch_version", xsp_torch_build_version()) < 0)
+        return -1;
+    PyObject *cap = PyCapsule_New((void *)xsp_torch_api_table(), XSP_TORCH_API_CAPSULE, NULL);
+    int rc = cap ? PyModule_AddObjectRef(module, "_C_API", cap) : -1;
+    Py_XDECREF(cap);
+    return rc;
 }
 
 static PyModuleDef_Slot xsp_torch_slots[] = {

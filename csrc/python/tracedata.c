@@ -4,16 +4,16 @@
  * The spans leave without a copy: the object exports its array of xsp_span structs through
  * the buffer protocol (read-only), and span_layout() gives each field's offset and size, so the
  * Python side views every span column as a strided numpy array over that memory (a column copy
- * costs a pass over fresh memory: 0.7 s for 10^7 spans on the development VM).  The span array
- * never moves while the object lives (add_attrs rewrites attr_off and attr_n in place), and
- * each view holds a reference to the object.  Attribute columns leave as bytes in native byte
- * order (one copy): add_attrs replaces the attribute array.  Strings are decoded as UTF-8 with
- * surrogateescape, so any byte string survives a round trip; strings coming in (add_attrs,
- * set_meta, _core.build through the xsp_py_* converters) are encoded the same way.
+ * costs a pass over fresh memory: 0.7 s for 10^7 spans on the development VM).  Each view holds
+ * a reference to the object.  Attribute columns leave as bytes in native byte order (one copy).
+ * Strings are decoded as UTF-8 with surrogateescape, so any byte string survives a round trip;
+ * strings coming in (_core.build and the session's stop, through the xsp_py_* converters) are
+ * encoded the same way.
  *
- * add_attrs changes the trace in place (attr_off and attr_n of the spans, a new attribute
- * array): a Python Trace copies those two span columns with the attribute columns, so one built
- * before stays consistent but stale, and xsp.Trace._with_attrs hands back a new Trace.
+ * A TraceData never changes: it is made whole (by a session's stop, a load or build) and then
+ * only read, so views, saves without the GIL and Trace objects built on it can never see it
+ * change under them.  (Historical note: it once had set_meta, add_attrs and set_thread_name,
+ * which forced a "saving" guard, copied attr_off/attr_n columns and a segfault regression test.)
  */
 #include "tracedata.h"
 
@@ -30,7 +30,6 @@ PyObject *xsp_tracedata_wrap(PyTypeObject *tp, xsp_trace *t)
         return NULL;
     }
     self->trace = t;
-    self->saving = 0;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -320,170 +319,6 @@ int xsp_py_set_meta(xsp_trace *t, const char *key, PyObject *value)
     return 0;
 }
 
-/* Returns 0, or -1 with RuntimeError set when a save() on another thread is reading the
- * trace without the GIL (changing it then would free memory the writer reads). */
-static int refuse_while_saving(xsp_TraceDataObject *self, const char *what)
-{
-    if (self->saving == 0)
-        return 0;
-    PyErr_Format(PyExc_RuntimeError, "%s: the trace is being saved by another thread; "
-                 "change it after save() returns", what);
-    return -1;
-}
-
-static PyObject *td_set_meta(xsp_TraceDataObject *self, PyObject *args)
-{
-    if (refuse_while_saving(self, "set_meta") != 0)
-        return NULL;
-    const char *key;
-    PyObject *value;
-    if (!PyArg_ParseTuple(args, "sO:set_meta", &key, &value))
-        return NULL;
-    int rc = xsp_py_set_meta(self->trace, key, value);
-    if (rc == XSP_PY_TYPE)
-        return PyErr_Format(PyExc_TypeError, "meta value for %s must be int, float or str, not %s",
-                            key, Py_TYPE(value)->tp_name);
-    if (rc != 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-/* Reads add_attrs' ids (a sequence of ints, anything with __index__) into ids[n]. Returns 0 or
- * -1 with an exception set. */
-static int read_ids(const xsp_trace *t, PyObject *seq, uint32_t *ids, Py_ssize_t n)
-{
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *o = PyTuple_GET_ITEM(seq, k);
-        if (!PyIndex_Check(o)) {
-            PyErr_Format(PyExc_TypeError, "add_attrs: ids[%zd] must be an int, not %s", k,
-                         Py_TYPE(o)->tp_name);
-            return -1;
-        }
-        PyObject *ix = PyNumber_Index(o);
-        if (!ix)
-            return -1;
-        uint64_t id;
-        int rc = xsp_py_u64(ix, UINT32_MAX - 1, &id);
-        if (rc == XSP_PY_RANGE)   /* worded as the C core words ids it rejects */
-            PyErr_Format(PyExc_ValueError, "span %R (ids[%zd]): no such span (the trace has %u)",
-                         ix, k, (unsigned)t->n_spans);
-        Py_DECREF(ix);
-        if (rc != 0)
-            return -1;
-        ids[k] = (uint32_t)id;
-    }
-    return 0;
-}
-
-/* Reads add_attrs' values into vals[n], interning strings. Returns 0 or -1 with an exception
- * set.  Strings go last, so that a value of a wrong type leaves the string table as it was. */
-static int read_values(xsp_trace *t, PyObject *seq, xsp_attr *vals, Py_ssize_t n)
-{
-    for (int strings = 0; strings < 2; strings++) {
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *o = PyTuple_GET_ITEM(seq, k);
-            if ((PyUnicode_Check(o) != 0) != strings)
-                continue;
-            memset(&vals[k], 0, sizeof vals[k]);
-            int rc = xsp_py_attr_value(t, o, &vals[k]);
-            if (rc == XSP_PY_TYPE)
-                PyErr_Format(PyExc_TypeError, "add_attrs: values[%zd] must be an int, float or "
-                             "str, not %s", k, Py_TYPE(o)->tp_name);
-            else if (rc == XSP_PY_RANGE)
-                PyErr_Format(PyExc_OverflowError, "add_attrs: values[%zd] = %R does not fit in a "
-                             "64-bit signed int", k, o);
-            if (rc != 0)
-                return -1;
-        }
-    }
-    return 0;
-}
-
-/* A tuple of the items of sequence o (so that nothing the conversions run can change it under
- * us), or NULL with TypeError naming what o should have been. */
-static PyObject *as_tuple(PyObject *o, const char *what)
-{
-    if (!PySequence_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o))
-        return PyErr_Format(PyExc_TypeError, "add_attrs: %s must be a sequence, not %s", what,
-                            Py_TYPE(o)->tp_name);
-    return PySequence_Tuple(o);
-}
-
-static PyObject *td_add_attrs(xsp_TraceDataObject *self, PyObject *args)
-{
-    if (refuse_while_saving(self, "add_attrs") != 0)
-        return NULL;
-    PyObject *key, *ids_o, *vals_o;
-    if (!PyArg_ParseTuple(args, "UOO:add_attrs", &key, &ids_o, &vals_o))
-        return NULL;
-    xsp_trace *t = self->trace;
-    PyObject *kb = NULL, *ids_t = NULL, *vals_t = NULL, *res = NULL;
-    uint32_t *ids = NULL;
-    xsp_attr *vals = NULL;
-    if (!(kb = xsp_py_utf8(key)) || !(ids_t = as_tuple(ids_o, "ids"))
-        || !(vals_t = as_tuple(vals_o, "values")))
-        goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(ids_t);
-    if (strlen(PyBytes_AS_STRING(kb)) != (size_t)PyBytes_GET_SIZE(kb)) {
-        PyErr_SetString(PyExc_ValueError, "add_attrs: key contains a NUL character");
-        goto done;
-    }
-    if (PyTuple_GET_SIZE(vals_t) != n) {
-        PyErr_Format(PyExc_ValueError, "add_attrs: %zd ids but %zd values", n,
-                     PyTuple_GET_SIZE(vals_t));
-        goto done;
-    }
-    if ((uint64_t)n > t->n_spans) {   /* more ids than spans: some repeat or do not exist */
-        PyErr_Format(PyExc_ValueError, "add_attrs: %zd ids for a trace of %u spans (ids must be "
-                     "distinct span ids)", n, (unsigned)t->n_spans);
-        goto done;
-    }
-    ids = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
-    vals = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *vals);
-    if (!ids || !vals) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (read_ids(t, ids_t, ids, n) != 0 || read_values(t, vals_t, vals, n) != 0)
-        goto done;
-    char err[512];
-    if (xsp_trace_add_span_attrs(t, PyBytes_AS_STRING(kb), (uint32_t)n, ids, vals, err,
-                                 sizeof err) != 0) {
-        PyErr_SetString(strncmp(err, "out of memory", 13) == 0 ? PyExc_MemoryError
-                                                               : PyExc_ValueError, err);
-        goto done;
-    }
-    res = Py_NewRef(Py_None);
-done:
-    PyMem_Free(ids);
-    PyMem_Free(vals);
-    Py_XDECREF(kb);
-    Py_XDECREF(ids_t);
-    Py_XDECREF(vals_t);
-    return res;
-}
-
-static PyObject *td_set_thread_name(xsp_TraceDataObject *self, PyObject *args)
-{
-    if (refuse_while_saving(self, "set_thread_name") != 0)
-        return NULL;
-    unsigned long long tid;
-    const char *name;
-    if (!PyArg_ParseTuple(args, "Ks:set_thread_name", &tid, &name))
-        return NULL;
-    xsp_trace *t = self->trace;
-    for (uint32_t i = 0; i < t->n_threads; i++) {
-        if (t->threads[i].tid == tid && t->threads[i].kind == 0) {
-            uint32_t sid = xsp_strtab_intern(&t->strings, name, strlen(name));
-            if (sid == UINT32_MAX)
-                return PyErr_NoMemory();
-            t->threads[i].name = sid;
-            Py_RETURN_TRUE;
-        }
-    }
-    Py_RETURN_FALSE;
-}
-
 static PyObject *td_save(xsp_TraceDataObject *self, PyObject *arg)
 {
     PyObject *bytes;
@@ -491,11 +326,9 @@ static PyObject *td_save(xsp_TraceDataObject *self, PyObject *arg)
         return NULL;
     char err[512];
     int rc;
-    self->saving++;                 /* the trace stays as it is until the write is done */
-    Py_BEGIN_ALLOW_THREADS
+    Py_BEGIN_ALLOW_THREADS          /* the trace never changes: nothing to guard */
     rc = xsp_trace_save(self->trace, PyBytes_AS_STRING(bytes), err, sizeof err);
     Py_END_ALLOW_THREADS
-    self->saving--;
     Py_DECREF(bytes);
     if (rc != 0)
         return PyErr_Format(PyExc_OSError, "%s", err);
@@ -539,14 +372,6 @@ static PyMethodDef td_methods[] = {
     {"threads", (PyCFunction)td_threads, METH_NOARGS, "Tracks: a list of (tid, name, kind)."},
     {"meta", (PyCFunction)td_meta, METH_NOARGS, "Metadata dict."},
     {"counters", (PyCFunction)td_counters, METH_NOARGS, "Lost/dropped counters dict."},
-    {"set_meta", (PyCFunction)td_set_meta, METH_VARARGS, "set_meta(key, int|float|str)"},
-    {"add_attrs", (PyCFunction)td_add_attrs, METH_VARARGS,
-     "add_attrs(key, ids, values): give span ids[k] attribute key = values[k] (int, float or "
-     "str); ids strictly increasing span ids without that key yet.  ValueError (the trace's spans "
-     "and attributes unchanged; strings interned for values may stay in the string table) or "
-     "TypeError naming the index.  Trace objects built on this data before are stale."},
-    {"set_thread_name", (PyCFunction)td_set_thread_name, METH_VARARGS,
-     "set_thread_name(tid, name) -> bool (False when no such CPU thread)"},
     {"save", (PyCFunction)td_save, METH_O, "save(path): write the .xsp file."},
     {"dumps", (PyCFunction)td_dumps, METH_NOARGS, "The .xsp file's bytes."},
     {"equal", (PyCFunction)td_equal, METH_O, "equal(other) -> bool"},

@@ -15,10 +15,7 @@
 
 typedef struct {
     PyObject_HEAD
-    xsp_trace *trace;   /* owned; never NULL after construction */
-    int saving;         /* save() calls writing the trace with the GIL released; the methods
-                         * that change the trace refuse while it is > 0.  Protected by the
-                         * GIL (read and written only with it held). */
+    xsp_trace *trace;   /* owned; never NULL after construction; never changed after it */
 } xsp_TraceDataObject;
 
 /* The type's spec, turned into a heap type by the module's exec slot. */
@@ -58,8 +55,17 @@ int xsp_py_set_meta(xsp_trace *t, const char *key, PyObject *value);
 /* The module state, shared with coremod.c. */
 typedef struct {
     PyTypeObject *tracedata_type;   /* xsp._core.TraceData */
-    PyObject *format_error;         /* xsp._core.TraceFormatError (a ValueError) */
-    PyObject *gpu_error;            /* xsp._core.GPUError (a RuntimeError) */
+    PyTypeObject *session_type;     /* xsp._core.Session */
+    PyObject *format_error;         /* xsp.TraceFormatError (a ValueError) */
+    PyObject *profiler_error;       /* xsp.ProfilerError (a RuntimeError): the base of these */
+    PyObject *level_error;          /* xsp.LevelUnavailableError: a level cannot be recorded */
+    PyObject *gpu_error;            /* xsp.GPUError (a LevelUnavailableError): G cannot */
+    PyObject *active_error;         /* xsp.SessionActiveError: another session records */
+    PyObject *state_error;          /* xsp.SessionStateError: not recording, already run, the
+                                     * wrong thread */
+    PyObject *source_error;         /* xsp.SourceError: a recorder refused to start */
+    PyObject *lost_error;           /* xsp.TraceLostError: stop could not make the trace */
+    PyObject *warning;              /* xsp.XSPWarning (a UserWarning) */
 } xsp_core_state;
 
 #endif

@@ -38,13 +38,10 @@ extern "C" {
 }
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/add.h>
-#include <ATen/ops/ones.h>
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -53,10 +50,6 @@ extern "C" {
 #include <mutex>
 #include <string>
 #include <variant>
-
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 namespace {
 
@@ -295,100 +288,9 @@ extern "C" const char *xsp_torch_build_version(void)
     return TORCH_VERSION;
 }
 
-/*
- * The benchmark floor: a global callback with exactly our scopes and options that does
- * nothing, so benchmarks can measure what any RecordFunction-based profiler pays before it
- * records anything; and the clock floor, the same callback reading the TSC on x86-64 (xsp's
- * clock when the kernel's clocksource is tsc; otherwise xsp reads clock_gettime, which costs
- * more) or the steady clock elsewhere, at entry and at exit: what a profiler that timestamps
- * both ends of an op with that clock pays at least.  Not used by profiling.
- */
-namespace {
-
-std::unique_ptr<at::ObserverContext> floor_start(const at::RecordFunction &) noexcept
+extern "C" const xsp_torch_api *xsp_torch_api_table(void)
 {
-    return nullptr;
-}
-
-void floor_end(const at::RecordFunction &, at::ObserverContext *) noexcept {}
-
-/* one clock read, kept alive without a store */
-inline void clock_read() noexcept
-{
-#if defined(__x86_64__)
-    uint64_t t = __rdtsc();
-#else
-    int64_t t = std::chrono::steady_clock::now().time_since_epoch().count();
-#endif
-    __asm__ volatile("" : : "r"(t));
-}
-
-std::unique_ptr<at::ObserverContext> floor_clock_start(const at::RecordFunction &) noexcept
-{
-    clock_read();
-    return nullptr;
-}
-
-void floor_clock_end(const at::RecordFunction &, at::ObserverContext *) noexcept
-{
-    clock_read();
-}
-
-at::CallbackHandle g_floor = at::INVALID_CALLBACK_HANDLE;  /* protected by g_lock */
-
-} // namespace
-
-extern "C" int xsp_torch_floor_attach(int clock)
-{
-    try {
-        std::lock_guard<std::mutex> guard(g_lock);
-        if (g_floor != at::INVALID_CALLBACK_HANDLE)
-            return -1;
-        g_floor = at::addGlobalCallback(
-            at::RecordFunctionCallback(clock ? floor_clock_start : floor_start,
-                                       clock ? floor_clock_end : floor_end)
-                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
-                         at::RecordScope::USER_SCOPE})
-                .needsInputs(false)
-                .needsOutputs(false)
-                .needsIds(false));
-        return g_floor == at::INVALID_CALLBACK_HANDLE ? -1 : 0;
-    } catch (...) {
-        return -1;
-    }
-}
-
-extern "C" void xsp_torch_floor_detach(void)
-{
-    try {
-        std::lock_guard<std::mutex> guard(g_lock);
-        if (g_floor != at::INVALID_CALLBACK_HANDLE)
-            at::removeCallback(g_floor);
-        g_floor = at::INVALID_CALLBACK_HANDLE;
-    } catch (...) {
-    }
-}
-
-extern "C" int xsp_torch_bench_add(uint64_t n, uint64_t warm, uint64_t *ns, char *err,
-                                   size_t errlen)
-{
-    try {
-        at::Tensor a = at::ones({8});
-        at::Tensor b = at::ones({8});
-        for (uint64_t i = 0; i < warm; i++)
-            (void)at::add(a, b);
-        auto t0 = std::chrono::steady_clock::now();
-        for (uint64_t i = 0; i < n; i++)
-            (void)at::add(a, b);
-        auto t1 = std::chrono::steady_clock::now();
-        *ns = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-        return 0;
-    } catch (const std::exception &e) {
-        set_err(err, errlen, e.what());
-        return -1;
-    } catch (...) {
-        set_err(err, errlen, "xsp._torch.bench_add: unknown C++ exception");
-        return -1;
-    }
+    static const xsp_torch_api table = {XSP_TORCH_API_VERSION, sizeof(xsp_torch_api),
+                                        xsp_torch_attach, xsp_torch_detach, xsp_torch_attached};
+    return &table;
 }

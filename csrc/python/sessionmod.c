@@ -1,0 +1,943 @@
+/*
+ * sessionmod.c: xsp._core.Session, one profiling session as a Python object; xsp.profile
+ * subclasses it.
+ *
+ * The guarantee it exists for: start (__enter__) and stop (__exit__) are each one C call, so an
+ * asynchronous exception (KeyboardInterrupt from SIGINT, or any exception a signal handler or
+ * a trace function raises) lands before or after them, never in between.  CPython runs signal
+ * handlers only between bytecodes, and a C method runs none of its own; the with statement calls
+ * __enter__ and __exit__ directly (BEFORE_WITH, and the exception table covers the block from
+ * the instruction after it), so once __enter__ returns, __exit__ runs.
+ *
+ * Start builds the core session (core/session.h) with the sources of this profile, in order:
+ *   gpu (early)   CUPTI, through gpu/gpu_source.c
+ *   sync (late)   a Python callable run at stop that synchronises the CUDA devices, so that
+ *                 the GPU flush gets every record; its message becomes meta "sync_error"
+ *   modules       installs the nn.Module.__call__ wrapper (a ModuleCall, or the Python wrapper
+ *                 of record_shapes/profile_memory, which reads [on, orig] from a list) by a
+ *                 plain type attribute store, and at stop turns it off and puts the original
+ *                 back when it is still the class attribute
+ *   torch         attaches the shim's RecordFunction callback (xsp._torch's capsule, xsp_api.h)
+ * and starts it whole, or raises with nothing installed.  Stop stops it whole, then finishes the
+ * trace in C before anyone sees it: meta (the session's, this profile's, hook_errors, how the
+ * block ended), thread names, and the shapes and memory attributes of module spans.  The trace
+ * comes back as a TraceData that never changes (tracedata.c).
+ *
+ * Stop calls Python twice (the sync callable, and one that names threads); both are callouts:
+ * an Exception they raise becomes a message in the trace, anything else (KeyboardInterrupt,
+ * SystemExit: a second Ctrl-C during stop) is kept and raised once stop is complete and the
+ * trace stored, with meta "interrupted" saying so.  A Ctrl-C during the merge itself (long for
+ * large traces, run without the GIL) is delivered by CPython after __exit__ returns.  If the
+ * merge runs out of memory the trace is lost, and the exception says so (TraceLostError, or a
+ * note on the pending interrupt).
+ *
+ * Fork: a forked child inherits the running profile but not its recording (the core drops it in
+ * its pthread_atfork handler); _after_fork_child, registered by xsp/profiler.py with
+ * os.register_at_fork, puts Module.__call__ back and detaches the torch callback in the child.
+ * The child's copy is inert: step() and stop do nothing, there is no trace, and one warning per
+ * process says so.
+ *
+ * g_active is the one profile recording in the process, protected by g_lock (the module
+ * declares it does not need the GIL).
+ */
+#include "sessionmod.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/session.h"
+#include "gpumod.h"
+#include "modcall.h"
+#include "tracedata.h"
+
+typedef struct {
+    PyObject_HEAD
+    xsp_session *sess;          /* the core session, made at start; owned */
+    PyObject *module_type;      /* nn.Module (strong), or NULL: no module wrapper */
+    PyObject *wrapper;          /* installed as module_type.__call__ (strong) */
+    PyObject *orig;             /* the __call__ it replaced, set at start (strong) */
+    PyObject *cell;             /* the Python wrapper's list [on, orig] (strong), or NULL */
+    PyObject *torch;            /* xsp._torch's capsule (strong), or NULL: no level L ops */
+    PyObject *sync;             /* callable run at stop, returns None or a message, or NULL */
+    PyObject *names;            /* dict native tid -> thread name, or NULL */
+    PyObject *more_names;       /* callable () -> dict like names, run at stop, or NULL */
+    PyObject *side;             /* dict native tid -> [[shapes, mem0, delta], ...], or NULL */
+    PyObject *hook_owner;       /* object whose int attribute _errors counts failures, or NULL */
+    PyObject *meta;             /* dict of meta added at stop (strong), or NULL */
+    PyObject *where;            /* str: where the profile was made, for messages */
+    PyObject *data;             /* the TraceData after stop, else NULL */
+    PyObject *pending;          /* a non-Exception raised in a stop callout, re-raised after */
+    char *region;               /* region span name (owned), NULL: no M spans */
+    char levels[8];             /* "MLG" subset */
+    xsp_config core;            /* the recorder's config */
+    uint64_t gpu_max;           /* GPU store cap */
+    int gpu, gpu_share, gpu_fallback;   /* G asked for; share CUPTI; fall back to M/L */
+    int forked;                 /* set in a forked child: inert */
+    pid_t pid;                  /* process that started the session */
+    unsigned long thread;       /* thread that started it (PyThread ident) */
+} SessionObject;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static SessionObject *g_active = NULL;   /* strong; protected by g_lock */
+static int g_fork_warned = 0;            /* one warning per process; with the GIL */
+
+static xsp_core_state *state_of(PyObject *self)
+{
+    PyObject *mod = PyType_GetModuleByDef(Py_TYPE(self), &xsp_core_module_def);
+    return mod ? PyModule_GetState(mod) : NULL;
+}
+
+/* -- exceptions as values ------------------------------------------------------------------ */
+
+/* The exception set, taken out (normalised, with its traceback), or NULL when none is set. */
+static PyObject *take_exc(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (!t)
+        return NULL;
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+/* Raises exc (stolen). */
+static void give_exc(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
+/* "Type: message" of exc into buf (NUL-terminated). */
+static void exc_text(PyObject *exc, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!exc || !len)
+        return;
+    PyObject *s = PyObject_Str(exc);
+    const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
+    snprintf(buf, len, "%s%s%s", Py_TYPE(exc)->tp_name, m && m[0] ? ": " : "", m ? m : "");
+    if (!m)
+        PyErr_Clear();
+    Py_XDECREF(s);
+}
+
+/* After a failed Python call during stop: an Exception becomes text in err (when err) and is
+ * cleared; anything else is kept in self->pending (the first one; later ones are dropped). */
+static void absorb(SessionObject *self, char *err, size_t errlen)
+{
+    PyObject *exc = take_exc();
+    if (!exc)
+        return;
+    if (PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_Exception)) {
+        if (err)
+            exc_text(exc, err, errlen);
+        Py_DECREF(exc);
+    } else if (!self->pending) {
+        self->pending = exc;
+    } else {
+        Py_DECREF(exc);
+    }
+}
+
+/* -- the Python-side sources ---------------------------------------------------------------- */
+
+static PyObject *type_dict(PyObject *type)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *d = PyType_GetDict((PyTypeObject *)type);   /* new reference */
+    Py_XDECREF(d);                                        /* the type keeps it */
+    return d;
+#else
+    return ((PyTypeObject *)type)->tp_dict;
+#endif
+}
+
+/* Turns the wrapper off (it forwards from now on) and puts the original __call__ back when the
+ * wrapper is still the class attribute (another tool that wrapped it after us keeps its own).
+ * Runs no Python code (a type attribute store on nn.Module, whose metaclass is type).  Returns
+ * 0, or -1 with an exception set (MemoryError). */
+static int unwrap(SessionObject *self)
+{
+    if (xsp_modulecall_is(self->wrapper))
+        xsp_modulecall_set_on(self->wrapper, 0);
+    if (self->cell && PyList_SetItem(self->cell, 0, Py_NewRef(Py_False)) < 0)
+        return -1;
+    PyObject *d = type_dict(self->module_type);
+    PyObject *cur = d ? PyDict_GetItemString(d, "__call__") : NULL;   /* borrowed */
+    if (cur == self->wrapper && self->orig)
+        return PyObject_SetAttrString(self->module_type, "__call__", self->orig);
+    return 0;
+}
+
+static int modules_start(void *ctx, char *err, size_t errlen)
+{
+    SessionObject *self = ctx;
+    PyObject *d = type_dict(self->module_type);
+    PyObject *orig = d ? PyDict_GetItemString(d, "__call__") : NULL;
+    if (!orig) {
+        snprintf(err, errlen, "nn.Module has no __call__ of its own to wrap");
+        return -1;
+    }
+    Py_XSETREF(self->orig, Py_NewRef(orig));
+    if (xsp_modulecall_is(self->wrapper)) {
+        xsp_modulecall_set_orig(self->wrapper, orig);
+        xsp_modulecall_set_on(self->wrapper, 1);
+    }
+    if (self->cell && (PyList_SetItem(self->cell, 1, Py_NewRef(orig)) < 0
+                       || PyList_SetItem(self->cell, 0, Py_NewRef(Py_True)) < 0))
+        goto fail;
+    if (PyObject_SetAttrString(self->module_type, "__call__", self->wrapper) < 0)
+        goto fail;
+    return 0;
+fail:;
+    PyObject *exc = take_exc();
+    exc_text(exc, err, errlen);
+    Py_XDECREF(exc);
+    if (xsp_modulecall_is(self->wrapper))
+        xsp_modulecall_set_on(self->wrapper, 0);
+    return -1;
+}
+
+static void modules_stop(void *ctx, char *err, size_t errlen)
+{
+    SessionObject *self = ctx;
+    if (unwrap(self) < 0) {
+        PyObject *exc = take_exc();
+        exc_text(exc, err, errlen);
+        Py_XDECREF(exc);
+    }
+}
+
+static const xsp_torch_api *torch_api(SessionObject *self)
+{
+    return PyCapsule_GetPointer(self->torch, XSP_TORCH_API_CAPSULE);
+}
+
+static int torch_start(void *ctx, char *err, size_t errlen)
+{
+    return torch_api(ctx)->attach(xsp_py_core_api(), err, errlen);
+}
+
+static void torch_stop(void *ctx, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    torch_api(ctx)->detach();
+}
+
+static void sync_stop(void *ctx, char *err, size_t errlen)
+{
+    SessionObject *self = ctx;
+    PyObject *r = PyObject_CallNoArgs(self->sync);
+    if (!r) {
+        absorb(self, err, errlen);
+        return;
+    }
+    if (PyUnicode_Check(r)) {
+        const char *m = PyUnicode_AsUTF8(r);
+        if (m)
+            snprintf(err, errlen, "%s", m);
+        else
+            PyErr_Clear();
+    }
+    Py_DECREF(r);
+}
+
+/* A new core session with this profile's sources (gpu: with the GPU one).  NULL with an
+ * exception set. */
+static xsp_session *make_session(SessionObject *self, int gpu)
+{
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return NULL;
+    xsp_session *s = xsp_session_new(&self->core, self->region, self->levels);
+    if (!s) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    char err[1024];
+    if (gpu) {
+        xsp_source src;
+        if (xsp_pygpu_source(&src, self->gpu_max, self->gpu_share, err, sizeof err) != 0) {
+            xsp_session_free(s);
+            PyErr_Format(st->gpu_error, "level G cannot be recorded: %s", err);
+            return NULL;
+        }
+        if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
+            goto fail;
+    }
+    if (self->sync) {
+        xsp_source src = {.name = "sync", .stop = sync_stop, .ctx = self};
+        if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
+            goto fail;
+    }
+    if (self->module_type) {
+        xsp_source src = {.name = "modules", .start = modules_start, .stop = modules_stop,
+                          .ctx = self};
+        if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
+            goto fail;
+    }
+    if (self->torch) {
+        xsp_source src = {.name = "torch", .start = torch_start, .stop = torch_stop,
+                          .ctx = self};
+        if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
+            goto fail;
+    }
+    return s;
+fail:
+    xsp_session_free(s);
+    PyErr_Format(st->source_error, "%s", err);
+    return NULL;
+}
+
+/* -- start --------------------------------------------------------------------------------- */
+
+/* Starts the session: 0, or -1 with an exception set and nothing left installed. */
+static int session_start(SessionObject *self)
+{
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return -1;
+    if (self->sess || self->data) {
+        PyErr_SetString(st->state_error, "this xsp.profile has already run; create a new one");
+        return -1;
+    }
+    pthread_mutex_lock(&g_lock);
+    SessionObject *other = g_active;
+    if (other) {
+        PyObject *where = Py_NewRef(other->where ? other->where : Py_None);
+        pthread_mutex_unlock(&g_lock);
+        PyErr_Format(st->active_error, "another xsp.profile is already recording (started at "
+                     "%S); xsp records one session at a time: stop it before starting this one",
+                     where);
+        Py_DECREF(where);
+        return -1;
+    }
+    g_active = self;        /* claimed: a profile started on another thread now fails above */
+    Py_INCREF(self);
+    pthread_mutex_unlock(&g_lock);
+
+    char err[1024];
+    int gpu = self->gpu;
+    for (;;) {
+        self->sess = make_session(self, gpu);
+        if (!self->sess)
+            goto fail;
+        if (xsp_session_start(self->sess, err, sizeof err) == 0)
+            break;
+        xsp_session_free(self->sess);
+        self->sess = NULL;
+        int gpu_failed = gpu && strncmp(err, "gpu: ", 5) == 0;
+        if (!gpu_failed) {
+            PyErr_Format(strstr(err, "already active") ? st->active_error : st->source_error,
+                         "xsp: %s", err);
+            goto fail;
+        }
+        if (!self->gpu_fallback) {
+            PyErr_Format(st->gpu_error, "level G cannot be recorded: %s; profile with "
+                         "levels='ML', or pass gpu_fallback=True to fall back to M and L",
+                         err + 5);
+            goto fail;
+        }
+        /* fall back: nothing runs now, so a warning that raises leaves nothing behind */
+        char *g = strchr(self->levels, 'G');
+        if (g)
+            memmove(g, g + 1, strlen(g));
+        if (PyErr_WarnFormat(st->warning, 1, "level G cannot be recorded: %s; recording levels "
+                             "%s only (gpu_fallback=True)", err + 5, self->levels) < 0)
+            goto fail;
+        gpu = 0;
+    }
+    self->pid = getpid();
+    self->thread = PyThread_get_thread_ident();
+    return 0;
+fail:
+    pthread_mutex_lock(&g_lock);
+    if (g_active == self)
+        g_active = NULL;
+    pthread_mutex_unlock(&g_lock);
+    Py_DECREF(self);        /* the claim's reference; the caller holds another */
+    return -1;
+}
+
+/* -- finishing the trace ------------------------------------------------------------------ */
+
+/* Names the CPU tracks of t from dict {native tid: name}. */
+static void name_threads(xsp_trace *t, PyObject *names)
+{
+    if (!names || !PyDict_Check(names))
+        return;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(names, &pos, &k, &v)) {
+        if (!PyLong_Check(k) || !PyUnicode_Check(v))
+            continue;
+        unsigned long long tid = PyLong_AsUnsignedLongLong(k);
+        if (tid == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        for (uint32_t i = 0; i < t->n_threads; i++) {
+            if (t->threads[i].tid != tid || t->threads[i].kind != 0)
+                continue;
+            uint32_t sid = xsp_py_intern(t, v);
+            if (sid == UINT32_MAX)
+                PyErr_Clear();
+            else
+                t->threads[i].name = sid;
+        }
+    }
+}
+
+typedef struct {
+    uint32_t id;
+    xsp_attr v;
+} id_value;
+
+static int by_id(const void *a, const void *b)
+{
+    uint32_t x = ((const id_value *)a)->id, y = ((const id_value *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Adds attribute key to the spans in pairs[0..n) (sorted here). 0, or -1 (out of memory). */
+static int add_pairs(xsp_trace *t, const char *key, id_value *pairs, uint32_t n)
+{
+    if (!n)
+        return 0;
+    qsort(pairs, n, sizeof *pairs, by_id);
+    uint32_t *ids = malloc(n * sizeof *ids);
+    xsp_attr *vals = malloc(n * sizeof *vals);
+    char err[256];
+    int rc = -1;
+    if (ids && vals) {
+        for (uint32_t k = 0; k < n; k++) {
+            ids[k] = pairs[k].id;
+            vals[k] = pairs[k].v;
+        }
+        rc = xsp_trace_add_span_attrs(t, key, n, ids, vals, err, sizeof err);
+    }
+    free(ids);
+    free(vals);
+    return rc;
+}
+
+/* The record_shapes / profile_memory side table: per thread, the k-th record the Python wrapper
+ * kept belongs to the k-th model or module span of that thread in start order.  A thread whose
+ * counts differ (spans lost to the memory cap) gets none: their number goes into meta
+ * "attrs_unmatched".  Returns 0, or -1 on allocation failure (no exception set). */
+static int attach_side(xsp_trace *t, PyObject *side)
+{
+    uint32_t cap = t->n_spans ? t->n_spans : 1, n_shapes = 0, n_mem = 0;
+    id_value *shapes = malloc(cap * sizeof *shapes), *mem = malloc(cap * sizeof *mem);
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    int64_t unmatched = 0;
+    int rc = -1;
+    if (!shapes || !mem || !ids)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *recs;
+    while (PyDict_Next(side, &pos, &k, &recs)) {
+        if (!PyLong_Check(k) || !PyList_Check(recs))
+            continue;
+        unsigned long long tid = PyLong_AsUnsignedLongLong(k);
+        if (tid == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        uint32_t track = UINT32_MAX, n = 0;
+        for (uint32_t i = 0; i < t->n_threads && track == UINT32_MAX; i++)
+            if (t->threads[i].tid == tid && t->threads[i].kind == 0)
+                track = i;
+        for (uint32_t i = 0; track != UINT32_MAX && i < t->n_spans; i++) {
+            const xsp_span *sp = &t->spans[i];
+            if (sp->thread == track
+                && (sp->kind == XSP_KIND_MODEL || sp->kind == XSP_KIND_MODULE))
+                ids[n++] = i;
+        }
+        Py_ssize_t m = PyList_GET_SIZE(recs);
+        if ((Py_ssize_t)n != m) {
+            unmatched += m;
+            continue;
+        }
+        for (uint32_t j = 0; j < n; j++) {
+            PyObject *rec = PyList_GET_ITEM(recs, j);
+            if (!PyList_Check(rec) || PyList_GET_SIZE(rec) != 3)
+                continue;
+            PyObject *sh = PyList_GET_ITEM(rec, 0), *delta = PyList_GET_ITEM(rec, 2);
+            if (PyUnicode_Check(sh)) {
+                uint32_t sid = xsp_py_intern(t, sh);
+                if (sid == UINT32_MAX) {
+                    PyErr_Clear();
+                    goto done;
+                }
+                shapes[n_shapes++] = (id_value){ids[j], {.type = XSP_ATTR_STR, .v.s = sid}};
+            }
+            if (PyLong_Check(delta)) {
+                long long d = PyLong_AsLongLong(delta);
+                if (d == -1 && PyErr_Occurred())
+                    PyErr_Clear();
+                else
+                    mem[n_mem++] = (id_value){ids[j], {.type = XSP_ATTR_INT, .v.i = d}};
+            }
+        }
+    }
+    rc = add_pairs(t, "shapes", shapes, n_shapes) || add_pairs(t, "mem_bytes", mem, n_mem)
+         || (unmatched && xsp_trace_set_meta_int(t, "attrs_unmatched", unmatched) != 0) ? -1 : 0;
+done:
+    free(shapes);
+    free(mem);
+    free(ids);
+    return rc;
+}
+
+/* Meta from a dict {str: int|float|str}; entries of another type are skipped. */
+static void meta_from(xsp_trace *t, PyObject *meta)
+{
+    if (!meta || !PyDict_Check(meta))
+        return;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(meta, &pos, &k, &v)) {
+        const char *key = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        if (!key || xsp_py_set_meta(t, key, v) != 0)
+            PyErr_Clear();
+    }
+}
+
+/* Everything the trace says besides its spans, in C on the finished trace: this profile's
+ * meta, hook_errors, how the block ended, thread names, the side table.  Python runs only in
+ * the more_names callout (absorbed).  Failures here lose a detail, never the trace. */
+static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
+{
+    meta_from(t, self->meta);
+    if (self->module_type) {
+        long long errors = xsp_modulecall_is(self->wrapper)
+                               ? xsp_modulecall_errors(self->wrapper) : 0;
+        PyObject *e = self->hook_owner ? PyObject_GetAttrString(self->hook_owner, "_errors")
+                                       : NULL;
+        if (e && PyLong_Check(e))
+            errors += PyLong_AsLongLong(e);
+        Py_XDECREF(e);
+        PyErr_Clear();
+        xsp_trace_set_meta_int(t, "hook_errors", errors);
+    }
+    name_threads(t, self->names);
+    if (self->more_names) {
+        PyObject *more = PyObject_CallNoArgs(self->more_names);
+        if (more)
+            name_threads(t, more);
+        else
+            absorb(self, NULL, 0);
+        Py_XDECREF(more);
+    }
+    if (self->side && PyDict_Check(self->side) && attach_side(t, self->side) != 0)
+        xsp_trace_set_meta_str(t, "attrs_error", "out of memory while attaching attributes");
+    if (block_exc && block_exc != Py_None) {
+        int interrupt = !PyObject_TypeCheck(block_exc, (PyTypeObject *)PyExc_Exception);
+        char what[256];
+        snprintf(what, sizeof what, "%s%s", Py_TYPE(block_exc)->tp_name,
+                 interrupt ? " in the block" : "");
+        xsp_trace_set_meta_str(t, interrupt ? "interrupted" : "exception", what);
+    }
+    if (self->pending) {
+        char what[256];
+        snprintf(what, sizeof what, "%s during stop", Py_TYPE(self->pending)->tp_name);
+        xsp_trace_set_meta_str(t, "interrupted", what);
+    }
+}
+
+/* -- stop ---------------------------------------------------------------------------------- */
+
+/* In a forked child: one warning per process (errors from it are dropped: the child's exit
+ * status stays its own), then nothing. */
+static void warn_forked(SessionObject *self)
+{
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (g_fork_warned || !st)
+        return;
+    g_fork_warned = 1;
+    PyObject *exc = take_exc();
+    if (PyErr_WarnFormat(st->warning, 1, "this process is a fork of the one that started this "
+                         "xsp.profile (pid %d): the child records nothing, and its copy of the "
+                         "profile has no trace", (int)self->pid) < 0)
+        PyErr_Clear();
+    if (exc)
+        give_exc(exc);
+}
+
+static int is_forked(SessionObject *self)
+{
+    return self->forked || (self->sess && self->pid != getpid());
+}
+
+/* Stops the session and stores the finished trace in self->data.  block_exc: the exception
+ * that ended the with block, or NULL / None.  Returns 0, or -1 with an exception set (not
+ * recording, the wrong thread, the trace lost, or an interrupt that arrived during stop: the
+ * trace is stored first). */
+static int session_stop(SessionObject *self, PyObject *block_exc)
+{
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return -1;
+    if (!self->sess || xsp_session_state(self->sess) != XSP_SESSION_RECORDING) {
+        PyErr_SetString(st->state_error, "this xsp.profile is not recording");
+        return -1;
+    }
+    if (PyThread_get_thread_ident() != self->thread) {
+        PyErr_SetString(st->state_error, "stop() must be called on the thread that started "
+                        "the profile");
+        return -1;
+    }
+    xsp_session_detach(self->sess);   /* late sources: Python callouts absorbed */
+    xsp_trace *t = NULL;
+    char err[512];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_session_finish(self->sess, &t, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_lock(&g_lock);
+    SessionObject *was = g_active == self ? self : NULL;
+    if (was)
+        g_active = NULL;
+    pthread_mutex_unlock(&g_lock);
+    Py_XDECREF(was);
+    if (rc != 0) {
+        if (self->pending) {
+            PyObject *note = PyUnicode_FromFormat("xsp: the trace was lost: %s", err);
+            PyObject *r = note ? PyObject_CallMethod(self->pending, "add_note", "O", note) : NULL;
+            Py_XDECREF(r);
+            Py_XDECREF(note);
+            PyErr_Clear();
+            give_exc(self->pending);
+            self->pending = NULL;
+        } else {
+            PyErr_Format(st->lost_error, "xsp: the trace was lost: %s", err);
+        }
+        return -1;
+    }
+    decorate(self, t, block_exc);
+    self->data = xsp_tracedata_wrap(st->tracedata_type, t);
+    if (!self->data) {
+        absorb(self, NULL, 0);
+        PyErr_Format(st->lost_error, "xsp: the trace was lost: out of memory");
+        if (self->pending) {
+            Py_CLEAR(self->pending);
+        }
+        return -1;
+    }
+    if (self->pending) {
+        give_exc(self->pending);
+        self->pending = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* -- the type ------------------------------------------------------------------------------ */
+
+static char *dup_cstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = PyMem_Malloc(n);
+    return d ? memcpy(d, s, n) : NULL;
+}
+
+/* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
+ *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
+ *        torch=None, sync=None, names=None, more_names=None, side=None, hook_owner=None,
+ *        meta=None, where=None) */
+static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
+                             "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
+                             "wrapper", "cell", "torch", "sync", "names", "more_names", "side",
+                             "hook_owner", "meta", "where", NULL};
+    const char *levels, *region = NULL;
+    unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
+    int gpu = 0, share = 0, fallback = 0;
+    PyObject *module_type = Py_None, *wrapper = Py_None, *cell = Py_None, *torch = Py_None,
+             *sync = Py_None, *names = Py_None, *more = Py_None, *side = Py_None,
+             *owner = Py_None, *meta = Py_None, *where = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOO:_setup", kwlist, &levels,
+                                     &region, &max_bytes, &pool_bytes, &gpu, &gpu_max, &share,
+                                     &fallback, &module_type, &wrapper, &cell, &torch, &sync,
+                                     &names, &more, &side, &owner, &meta, &where))
+        return NULL;
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return NULL;
+    if (self->sess || self->data || self->module_type || self->region) {
+        PyErr_SetString(st->state_error, "_setup: this session is set up already");
+        return NULL;
+    }
+    if (strlen(levels) >= sizeof self->levels)
+        return PyErr_Format(PyExc_ValueError, "_setup: levels %R is too long", PyTuple_GET_ITEM(args, 0));
+    if ((module_type == Py_None) != (wrapper == Py_None)
+        || (module_type != Py_None && !PyType_Check(module_type)))
+        return PyErr_Format(PyExc_TypeError, "_setup: module_type (a class) and wrapper go "
+                            "together");
+    if (cell != Py_None && (!PyList_Check(cell) || PyList_GET_SIZE(cell) != 2))
+        return PyErr_Format(PyExc_TypeError, "_setup: cell must be a list [on, orig]");
+    if (torch != Py_None && !PyCapsule_IsValid(torch, XSP_TORCH_API_CAPSULE))
+        return PyErr_Format(PyExc_TypeError, "_setup: torch must be xsp._torch._C_API");
+    if (torch != Py_None) {
+        const xsp_torch_api *api = PyCapsule_GetPointer(torch, XSP_TORCH_API_CAPSULE);
+        if (!api || api->version < 1 || api->size < sizeof *api)
+            return PyErr_Format(st->source_error, "xsp._torch's table is too old (version "
+                                "%u): rebuild xsp", api ? (unsigned)api->version : 0u);
+    }
+    if (region && !(self->region = dup_cstr(region)))
+        return PyErr_NoMemory();
+    snprintf(self->levels, sizeof self->levels, "%s", levels);
+    self->core = (xsp_config){.max_bytes = max_bytes, .pool_bytes = pool_bytes,
+                              .adopt_roots = 1};
+    self->gpu = gpu;
+    self->gpu_max = gpu_max;
+    self->gpu_share = share;
+    self->gpu_fallback = fallback;
+#define KEEP(field, o) self->field = (o) == Py_None ? NULL : Py_NewRef(o)
+    KEEP(module_type, module_type);
+    KEEP(wrapper, wrapper);
+    KEEP(cell, cell);
+    KEEP(torch, torch);
+    KEEP(sync, sync);
+    KEEP(names, names);
+    KEEP(more_names, more);
+    KEEP(side, side);
+    KEEP(hook_owner, owner);
+    KEEP(meta, meta);
+    KEEP(where, where);
+#undef KEEP
+    Py_RETURN_NONE;
+}
+
+static PyObject *sess_enter(SessionObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (session_start(self) < 0)
+        return NULL;
+    return Py_NewRef(self);
+}
+
+static PyObject *sess_exit(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (is_forked(self)) {
+        warn_forked(self);
+        Py_RETURN_FALSE;
+    }
+    if (self->data && (!self->sess || xsp_session_state(self->sess) == XSP_SESSION_DONE))
+        Py_RETURN_FALSE;    /* stopped already (stop() inside the block) */
+    if (session_stop(self, nargs >= 2 ? args[1] : NULL) < 0)
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *sess_start(SessionObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (session_start(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _stop() -> bool: True when this call stopped the session, False when it had stopped already
+ * (or this is a forked child's inert copy). */
+static PyObject *sess_stop(SessionObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (is_forked(self)) {
+        warn_forked(self);
+        Py_RETURN_FALSE;
+    }
+    if (self->data)
+        Py_RETURN_FALSE;
+    if (session_stop(self, NULL) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* _step() -> bool: ends the current step span and begins the next (True), False in a forked
+ * child (inert).  SessionStateError when not recording. */
+static PyObject *sess_step(SessionObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (is_forked(self)) {
+        warn_forked(self);
+        Py_RETURN_FALSE;
+    }
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return NULL;
+    if (!self->sess || xsp_session_state(self->sess) != XSP_SESSION_RECORDING) {
+        PyErr_SetString(st->state_error, "step() needs a running xsp.profile");
+        return NULL;
+    }
+    if (PyThread_get_thread_ident() != self->thread) {
+        PyErr_SetString(st->state_error, "step() must be called on the thread that started the "
+                        "profile");
+        return NULL;
+    }
+    xsp_session_step(self->sess);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *sess_get_data(SessionObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->data ? self->data : Py_None);
+}
+
+static PyObject *sess_get_state(SessionObject *self, void *Py_UNUSED(closure))
+{
+    if (is_forked(self))
+        return PyUnicode_FromString("forked");
+    if (!self->sess)
+        return PyUnicode_FromString(self->data ? "done" : "new");
+    static const char *names[] = {"new", "recording", "stopping", "done", "failed"};
+    return PyUnicode_FromString(names[xsp_session_state(self->sess)]);
+}
+
+static PyObject *sess_get_levels(SessionObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(self->levels);
+}
+
+static PyObject *sess_get_steps(SessionObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(self->sess ? xsp_session_steps(self->sess) : 0);
+}
+
+static PyObject *sess_get_thread(SessionObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(self->thread);
+}
+
+static int sess_traverse(SessionObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->module_type);
+    Py_VISIT(self->wrapper);
+    Py_VISIT(self->orig);
+    Py_VISIT(self->cell);
+    Py_VISIT(self->torch);
+    Py_VISIT(self->sync);
+    Py_VISIT(self->names);
+    Py_VISIT(self->more_names);
+    Py_VISIT(self->side);
+    Py_VISIT(self->hook_owner);
+    Py_VISIT(self->meta);
+    Py_VISIT(self->where);
+    Py_VISIT(self->data);
+    Py_VISIT(self->pending);
+    return 0;
+}
+
+static int sess_clear(SessionObject *self)
+{
+    /* a recording session is never collected: g_active holds a reference to it */
+    Py_CLEAR(self->module_type);
+    Py_CLEAR(self->wrapper);
+    Py_CLEAR(self->orig);
+    Py_CLEAR(self->cell);
+    Py_CLEAR(self->torch);
+    Py_CLEAR(self->sync);
+    Py_CLEAR(self->names);
+    Py_CLEAR(self->more_names);
+    Py_CLEAR(self->side);
+    Py_CLEAR(self->hook_owner);
+    Py_CLEAR(self->meta);
+    Py_CLEAR(self->where);
+    Py_CLEAR(self->data);
+    Py_CLEAR(self->pending);
+    return 0;
+}
+
+static void sess_dealloc(SessionObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->sess && !is_forked(self))
+        xsp_session_free(self->sess);   /* never recording here (see sess_clear) */
+    sess_clear(self);
+    PyMem_Free(self->region);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+PyObject *xsp_py_active_session(void)
+{
+    pthread_mutex_lock(&g_lock);
+    PyObject *a = g_active ? Py_NewRef((PyObject *)g_active) : Py_NewRef(Py_None);
+    pthread_mutex_unlock(&g_lock);
+    return a;
+}
+
+PyObject *xsp_py_after_fork_child(void)
+{
+    pthread_mutex_init(&g_lock, NULL);   /* the parent may have held it while forking */
+    SessionObject *self = g_active;
+    g_active = NULL;
+    if (!self)
+        Py_RETURN_NONE;
+    self->forked = 1;
+    if (self->module_type && unwrap(self) < 0)
+        PyErr_Clear();
+    if (self->torch)
+        torch_api(self)->detach();
+    if (self->sess)
+        xsp_session_forget(self->sess);
+    Py_DECREF(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef sess_methods[] = {
+    {"_setup", (PyCFunction)(void (*)(void))sess_setup, METH_VARARGS | METH_KEYWORDS,
+     "_setup(levels, region=None, **sources): configure, before start (xsp/profiler.py)."},
+    {"__enter__", (PyCFunction)sess_enter, METH_NOARGS, "Starts recording; returns self."},
+    {"__exit__", (PyCFunction)(void (*)(void))sess_exit, METH_FASTCALL,
+     "Stops recording and finishes the trace; never suppresses the block's exception."},
+    {"_start", (PyCFunction)sess_start, METH_NOARGS, "Starts recording (as __enter__)."},
+    {"_stop", (PyCFunction)sess_stop, METH_NOARGS,
+     "Stops recording (as __exit__ without an exception) -> bool: stopped now."},
+    {"_step", (PyCFunction)sess_step, METH_NOARGS, "Ends the step span, begins the next."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sess_getset[] = {
+    {"_data", (getter)sess_get_data, NULL, "the finished TraceData, or None", NULL},
+    {"_state", (getter)sess_get_state, NULL,
+     "'new', 'recording', 'done', 'failed' or 'forked'", NULL},
+    {"_levels", (getter)sess_get_levels, NULL, "the levels recorded (G dropped by a fallback)",
+     NULL},
+    {"_steps", (getter)sess_get_steps, NULL, "step() calls so far", NULL},
+    {"_thread", (getter)sess_get_thread, NULL,
+     "threading.get_ident() of the thread that started it (0 before)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot sess_slots[] = {
+    {Py_tp_dealloc, sess_dealloc},
+    {Py_tp_traverse, sess_traverse},
+    {Py_tp_clear, sess_clear},
+    {Py_tp_methods, sess_methods},
+    {Py_tp_getset, sess_getset},
+    {Py_tp_doc, "One profiling session, started and stopped whole (xsp.profile's base)."},
+    {0, NULL},
+};
+
+PyType_Spec xsp_session_spec = {
+    .name = "xsp._core.Session",
+    .basicsize = sizeof(SessionObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .slots = sess_slots,
+};
