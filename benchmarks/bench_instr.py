@@ -72,13 +72,13 @@ def child(variant, n, e2e):
     import torch
 
     import xsp
-    from xsp import _torch
+    from xsp import _bench
     torch.set_num_threads(1)
     a, b = torch.ones(8), torch.ones(8)
     for _ in range(200):
         torch.add(a, b)
     if variant == "floor":
-        _torch.floor_attach()
+        _bench.floor_attach()
     elif variant == "torch.profiler":
         p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         p.__enter__()
@@ -95,7 +95,7 @@ def child(variant, n, e2e):
     elif variant == "xsp L":
         p.stop()
     elif variant == "floor":
-        _torch.floor_detach()
+        _bench.floor_detach()
     os._exit(0)
 
 

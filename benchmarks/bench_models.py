@@ -17,7 +17,7 @@ import common
 import torch
 
 import xsp
-from xsp import _torch, models
+from xsp import _bench, models
 
 
 def main(argv=None):
@@ -63,11 +63,11 @@ def main(argv=None):
                 return {"block": common.now() - t0}
 
             def floor():
-                _torch.floor_attach()
+                _bench.floor_attach()
                 t0 = common.now()
                 work()
                 t1 = common.now()
-                _torch.floor_detach()
+                _bench.floor_detach()
                 return {"block": t1 - t0}
 
             def tprof():

@@ -15,7 +15,7 @@ building the trace object; torch.profiler's exit is where it spends most).  Prin
 
 Two loops, each its own table:
   python   the ops called from a Python for loop (what eager PyTorch code does)
-  c++      at::add called from a C++ loop (xsp._torch.bench_add): the same dispatcher and
+  c++      at::add called from a C++ loop (xsp._bench.bench_add): the same dispatcher and
            RecordFunction path without the interpreter, whose own cost and cache footprint
            make the Python loop's differences noisier
 Inside every block, ops/4 untimed ops run first (the same in every variant), so that the
@@ -43,7 +43,7 @@ import common
 import torch
 
 import xsp
-from xsp import _torch
+from xsp import _bench
 
 
 def measure(args, cpp):
@@ -53,7 +53,7 @@ def measure(args, cpp):
     if cpp:
         def timed():
             """The untimed ops, then the timed ones; returns the timed ops' duration in ns."""
-            return _torch.bench_add(n, warm)
+            return _bench.bench_add(n, warm)
     else:
         a, b = torch.ones(8, device=args.device), torch.ones(8, device=args.device)
 
@@ -85,11 +85,11 @@ def measure(args, cpp):
     def floor_of(clock):
         def floor():
             t0 = common.now()
-            _torch.floor_attach(clock=clock)
+            _bench.floor_attach(clock=clock)
             t1 = common.now()
             tb = timed()
             t2 = common.now()
-            _torch.floor_detach()
+            _bench.floor_detach()
             return result(t1 - t0, tb, common.now() - t2)
         return floor
 

@@ -39,15 +39,13 @@ def no_session_left_behind():
     """Fails a test that leaves a profile recording, and cleans up after it so that one broken
     test does not cascade into every later one."""
     yield
-    leaked = _profiler._active
+    leaked = _core.active_session()
     if leaked is not None:
         leaked.stop()
     attached = False
     if "xsp._torch" in sys.modules:
         attached = bool(sys.modules["xsp._torch"].attached())
     active = bool(_core.active())
-    if active:
-        _core.stop()
     _core.set_fake_clock(0, 0)
     assert leaked is None and not active and not attached, \
         "test left a session behind: profile=%r core active=%r shim attached=%r" % (

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import xsp  # noqa: E402
-from xsp import _torch  # noqa: E402
+from xsp import _bench  # noqa: E402
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))), "benchmarks")
@@ -23,10 +23,10 @@ import common  # noqa: E402
 
 @pytest.mark.parametrize("clock", [False, True])
 def test_floor_attach_detach(clock):
-    _torch.floor_attach(clock=clock)
+    _bench.floor_attach(clock=clock)
     try:
         with pytest.raises(RuntimeError, match="floor callback already attached"):
-            _torch.floor_attach()
+            _bench.floor_attach()
         # the floor coexists with xsp's own callback: xsp still records every op
         a = torch.ones(2)
         with xsp.profile(levels="L") as p:
@@ -34,17 +34,17 @@ def test_floor_attach_detach(clock):
                 torch.add(a, a)
         assert [s.name for s in p.trace] == ["aten::add"] * 3
     finally:
-        _torch.floor_detach()
-    _torch.floor_detach()                # detaching twice is allowed
-    _torch.floor_attach(clock=not clock)
-    _torch.floor_detach()
+        _bench.floor_detach()
+    _bench.floor_detach()                # detaching twice is allowed
+    _bench.floor_attach(clock=not clock)
+    _bench.floor_detach()
 
 
 def test_floor_attach_bad_argument():
     with pytest.raises(TypeError):
-        _torch.floor_attach(clock=True, other=1)
+        _bench.floor_attach(clock=True, other=1)
     with pytest.raises(TypeError):
-        _torch.floor_attach(1, 2)
+        _bench.floor_attach(1, 2)
 
 
 def test_rounds_shuffled_each_round_and_seeded():
@@ -122,18 +122,18 @@ def test_bench_ops_one_loop(capsys):
 
 
 def test_bench_add_counts_and_errors():
-    assert _torch.bench_add(0, 5) < 1_000_000         # nothing timed: a few clock reads
-    assert _torch.bench_add(20000, 0) > _torch.bench_add(0, 20000)   # n is timed, warm is not
+    assert _bench.bench_add(0, 5) < 1_000_000         # nothing timed: a few clock reads
+    assert _bench.bench_add(20000, 0) > _bench.bench_add(0, 20000)   # n is timed, warm is not
     with xsp.profile(levels="L") as p:
-        _torch.bench_add(7, 3)
+        _bench.bench_add(7, 3)
     names = [s.name for s in p.trace]
     assert names.count("aten::add") == 10
     with pytest.raises(TypeError):
-        _torch.bench_add("x")
+        _bench.bench_add("x")
     with pytest.raises(ValueError, match="n and warm must be >= 0, got -1 and 0"):
-        _torch.bench_add(-1)
+        _bench.bench_add(-1)
     with pytest.raises(ValueError, match="got 1 and -2"):
-        _torch.bench_add(1, -2)
+        _bench.bench_add(1, -2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")

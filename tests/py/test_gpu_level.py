@@ -53,46 +53,61 @@ def test_gpu_fallback_warns_and_records_m_and_l():
     assert "gpu.records" not in trace.counters
 
 
-def test_core_gpu_start_error_path_leaves_nothing_running():
-    """The C path below Python: libcupti loads (CUDA toolkit present), but without a device
-    CUPTI refuses to subscribe (CUPTI_ERROR_UNKNOWN); the core session it had started is
-    stopped again and the span hooks removed."""
+def _open_cupti():
     info = _core.gpu_info()
     if not info["built"]:
         pytest.skip(info["reason"])
     try:
-        path = _core.gpu_open([])
+        return _core.gpu_open([])
     except _core.GPUError as exc:
         pytest.skip("no libcupti here: %s" % exc)
-    assert "libcupti" in path
-    with pytest.raises(_core.GPUError, match="no CUDA device or driver was found"):
-        _core.start(gpu=True)
-    assert not _core.active()
-    _core.start()                       # a plain session works, with no hooks left behind
-    _core.begin(0, 0, "r")
-    data = _core.stop()
+
+
+def test_session_gpu_start_error_path_leaves_nothing_running():
+    """The C path below xsp.profile's checks: libcupti loads (CUDA toolkit present), but
+    without a device CUPTI refuses to subscribe (CUPTI_ERROR_UNKNOWN); the session's start
+    (core/session.c) undoes the core session it had started and the span hooks, so a plain
+    session works next."""
+    assert "libcupti" in _open_cupti()
+    s = _core.Session()
+    s._setup("MG", "r", gpu=True)
+    with pytest.raises(xsp.GPUError, match="no CUDA device or driver was found") as ei:
+        s._start()
+    assert isinstance(ei.value, xsp.LevelUnavailableError)
+    assert s._state == "new" and not _core.active() and _core.active_session() is None
+    plain = _core.Session()
+    plain._setup("M", "r")
+    with plain:
+        pass
+    data = plain._data
     assert len(data) == 1 and "gpu.records" not in data.counters()
 
 
+def test_session_gpu_start_falls_back_to_m_and_l_when_asked():
+    """gpu_fallback at CUPTI's refusal (after xsp.profile's own checks passed): one warning,
+    the session runs without G, and the trace says levels 'M'."""
+    _open_cupti()
+    s = _core.Session()
+    s._setup("MG", "r", gpu=True, gpu_fallback=True)
+    with pytest.warns(xsp.XSPWarning, match="recording levels M only"):
+        with s:
+            assert _core.active()
+    assert s._levels == "M" and s._data.meta()["levels"] == "M"
+    assert not _core.active()
+
+
 def test_core_failure_on_the_gpu_path_is_not_reported_as_a_gpu_problem():
-    """Guards against every failure of start(gpu=True) becoming GPUError: a session already
-    recording is the core's refusal (RuntimeError), which gpu_fallback must not 'fall back'
-    from."""
-    info = _core.gpu_info()
-    if not info["built"]:
-        pytest.skip(info["reason"])
-    try:
-        _core.gpu_open([])
-    except _core.GPUError as exc:
-        pytest.skip("no libcupti here: %s" % exc)
-    _core.start()
-    try:
-        with pytest.raises(RuntimeError) as ei:
-            _core.start(gpu=True)
-        assert not isinstance(ei.value, _core.GPUError)
-        assert "already active" in str(ei.value)
-    finally:
-        _core.stop()
+    """Guards against every failure of a G start becoming GPUError: a session already
+    recording is SessionActiveError, which gpu_fallback must not 'fall back' from."""
+    _open_cupti()
+    first = _core.Session()
+    first._setup("M", "r")
+    second = _core.Session()
+    second._setup("MG", "r2", gpu=True, gpu_fallback=True)
+    with first:
+        with pytest.raises(xsp.SessionActiveError, match="already recording") as ei:
+            second._start()
+        assert not isinstance(ei.value, xsp.LevelUnavailableError)
     assert not _core.active()
 
 
