@@ -151,35 +151,29 @@ def _run(ns):
         prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
                            record_shapes=ns.record_shapes)
         try:
-            prof.start()
-        except xsp.ProfilerError as exc:
-            raise _Fail(str(exc)) from None
-        try:
-            if ns.module:
-                runpy.run_module(ns.target, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(ns.target, run_name="__main__")
-        except SystemExit as exc:
-            code = exc.code
-            status = code if isinstance(code, int) else (0 if code is None else 1)
-            if not isinstance(code, int) and code is not None:
-                sys.stderr.write("%s\n" % code)
-        except KeyboardInterrupt:
+            # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
+            # between starting the profile and the block that stops it
+            with prof:
+                status = _run_script(ns)
+        except KeyboardInterrupt:       # a second Ctrl-C, during stop: the trace is kept
             sys.stderr.write("KeyboardInterrupt\n")
             status = 130
-        except BaseException as exc:   # noqa: BLE001 -- the script's failure, reported
-            _print_script_error(exc)
-            status = 1
-        finally:
-            prof.stop()
+        except xsp.ProfilerError as exc:
+            if prof.trace is None:
+                raise _Fail(str(exc)) from None
+            raise
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
     trace = prof.trace
-    from . import report
+    if trace is None:
+        # a child forked by the script that left the profiled region: its copy of the profile
+        # is inert and has no trace; the files are the parent's to write
+        return status
+    from . import chrome, report
     _write("trace", trace.save, paths["-o"])
     if ns.chrome:
-        _write("Chrome trace", trace.to_chrome_trace, paths["--chrome"])
+        _write("Chrome trace", lambda p: chrome.write(trace, p), paths["--chrome"])
     if ns.html:
         _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), paths["--html"])
     if not ns.quiet:
@@ -188,6 +182,27 @@ def _run(ns):
             out, (", chrome: " + ns.chrome) if ns.chrome else "",
             (", html: " + ns.html) if ns.html else ""))
     return status
+
+
+def _run_script(ns):
+    """Runs the script or module as __main__; returns its exit status (130 after Ctrl-C)."""
+    try:
+        if ns.module:
+            runpy.run_module(ns.target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(ns.target, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if not isinstance(code, int) and code is not None:
+            sys.stderr.write("%s\n" % code)
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        sys.stderr.write("KeyboardInterrupt\n")
+        return 130
+    except BaseException as exc:   # noqa: BLE001 -- the script's failure, reported
+        _print_script_error(exc)
+        return 1
+    return 0
 
 
 def _summary(ns):
@@ -202,8 +217,9 @@ def _summary(ns):
 
 
 def _export(ns):
+    from . import chrome
     trace = _load(ns.trace)
-    _write("Chrome trace", trace.to_chrome_trace, ns.output)
+    _write("Chrome trace", lambda p: chrome.write(trace, p), ns.output)
     return 0
 
 
