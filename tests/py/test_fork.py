@@ -92,7 +92,7 @@ def test_childs_copy_is_inert_and_the_child_can_profile_again(tmp_path):
         "again ['0', '1']",       # a new profile in the child records normally
         "warnings 1",             # one warning for the inert copy, however often it is used
         "exit 3",
-        "parent ['0', '1']", ]
+        "parent ['0', '1'] 0", ]   # the child's step() calls did not reach the parent
 
 
 def test_forking_script_under_xsp_run_writes_the_parents_files_only(tmp_path):
