@@ -39,7 +39,9 @@ ctest:
 	    $(MSGPACK_FLAGS) -o $(BIN)/test_io
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
 	    $(MSGPACK_FLAGS) -o $(BIN)/test_io_san
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_session.c $(CORE_SRC) -lpthread -o $(BIN)/test_session_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
+	$(BIN)/test_session_san
 ifeq ($(HAVE_CUPTI),1)
 	$(CC) $(CFLAGS_DEV) $(GPU_INC) tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
 	    -ldl -lpthread -o $(BIN)/test_gpu

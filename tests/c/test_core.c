@@ -53,7 +53,7 @@ static xsp_trace *stop(void)
 {
     xsp_trace *t = NULL;
     char err[256];
-    CHECK(xsp_session_stop(&t, err, sizeof err) == 0);
+    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0);
     CHECK(t != NULL);
     if (t) {
         CHECK(xsp_trace_check(t, err, sizeof err) == 0);
@@ -98,8 +98,8 @@ static void test_nesting_exact(void)
 {
     xsp_clock_set_fake(1000, 10);
     char err[256];
-    CHECK(xsp_session_start(&(xsp_config){0}, err, sizeof err) == 0);   /* reads 1000 */
-    CHECK(xsp_session_start(&(xsp_config){0}, err, sizeof err) != 0);   /* refused, no read */
+    CHECK(xsp_rec_start(&(xsp_config){0}, err, sizeof err) == 0);   /* reads 1000 */
+    CHECK(xsp_rec_start(&(xsp_config){0}, err, sizeof err) != 0);   /* refused, no read */
     CHECK(strstr(err, "already active") != NULL);
     begin(XSP_KIND_REGION, "xsp.profile", 1);                 /* 1010 */
     xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_MODEL, "Net", 3, "Net", 3, 2, -1, 0);   /* 1020 */
@@ -153,7 +153,7 @@ static void test_forced_and_open(void)
 {
     xsp_clock_set_fake(0, 1);
     char err[256];
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);    /* 0 */
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);    /* 0 */
     begin(XSP_KIND_REGION, "r", 1);                          /* 1 */
     begin(XSP_KIND_MODULE, "m", 2);                          /* 2 */
     begin(XSP_KIND_OP, "a", 3);                              /* 3 */
@@ -183,7 +183,7 @@ static void test_elide(void)
 {
     xsp_clock_set_fake(0, 1);
     char err[256];
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     begin(XSP_KIND_REGION, "r", 1);
     begin(XSP_KIND_STEP, "step#0", 2);
     begin(XSP_KIND_MODEL, "Net", 3);
@@ -222,7 +222,7 @@ static void test_cap(void)
      * pairs (96 each) leave 64, room for one more pair's begins; their ends, and r's, go to
      * the small chunk past the cap that holds ends of spans begun before it. */
     xsp_config cfg = {.max_bytes = 4096 * 48, .pool_bytes = 4096 * 48};
-    CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(&cfg, err, sizeof err) == 0);
     begin(XSP_KIND_REGION, "r", 1);
     for (uint64_t i = 0; i < 10000; i++) {
         begin(XSP_KIND_OP, "outer", 10 + 2 * i);
@@ -257,7 +257,7 @@ static void test_cap_lost_ends(void)
     xsp_config cfg = {.max_bytes = 4096 * 48, .pool_bytes = 4096 * 48};
     for (int scenario = 0; scenario < 2; scenario++) {
         xsp_clock_set_fake(100, 1);
-        CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);       /* 100 */
+        CHECK(xsp_rec_start(&cfg, err, sizeof err) == 0);       /* 100 */
         begin(XSP_KIND_OP, "A", 1);                                  /* 101 */
         if (scenario == 1)
             begin(XSP_KIND_OP, "C", 3);                              /* 102 */
@@ -304,7 +304,7 @@ static void test_cap_names(void)
 {
     char err[256], nm[64];
     xsp_config cfg = {.max_bytes = 4096 * 48 + 20000, .pool_bytes = 4096 * 48};
-    CHECK(xsp_session_start(&cfg, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(&cfg, err, sizeof err) == 0);
     uint64_t k = 1;
     for (int i = 0; i < 2000; i++) {
         int n = snprintf(nm, sizeof nm, "unique_name_number_%d", i);
@@ -333,7 +333,7 @@ static void test_cap_names(void)
 static void test_depth(void)
 {
     char err[256];
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     uint64_t n = XSP_MAX_DEPTH + 50;
     for (uint64_t i = 0; i < n; i++)
         begin(XSP_KIND_OP, "deep", i + 1);
@@ -352,7 +352,7 @@ static void test_depth(void)
 
     /* An enclosing span that ends while spans past the limit are open ends them all (no
      * later end is swallowed as theirs). */
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     for (uint64_t i = 0; i < n; i++)
         begin(XSP_KIND_OP, "deep", i + 1);
     xsp_rec_end(1, 0);                 /* the outermost, out of order */
@@ -392,7 +392,7 @@ static void *worker(void *arg)
 static void test_threads(void)
 {
     char err[256];
-    CHECK(xsp_session_start(&(xsp_config){.adopt_roots = 1}, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(&(xsp_config){.adopt_roots = 1}, err, sizeof err) == 0);
     begin(XSP_KIND_REGION, "r", 1);
     pthread_t th[NTHREADS];
     for (uintptr_t i = 0; i < NTHREADS; i++)
@@ -422,7 +422,7 @@ static void test_threads(void)
     CHECK_EQ_U(ops, NTHREADS * PER_THREAD);
     xsp_trace_free(t);
     /* a second session after the threads are gone: nothing stale leaks in */
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     begin(XSP_KIND_OP, "solo", 5);
     xsp_rec_end(5, 0);
     t = stop();
@@ -440,16 +440,16 @@ static void test_inactive(void)
     xsp_rec_end(1, 0);
     xsp_trace *t = (xsp_trace *)1;
     char err[256];
-    CHECK(xsp_session_stop(&t, err, sizeof err) == -1);
+    CHECK(xsp_rec_stop(&t, err, sizeof err) == -1);
     CHECK(t == NULL);
     CHECK(strstr(err, "no recording session") != NULL);
-    CHECK(!xsp_session_active());
+    CHECK(!xsp_rec_active());
     /* an end left over from a previous session is counted as unmatched in the next one */
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     begin(XSP_KIND_OP, "leftover", 77);
     t = stop();
     xsp_trace_free(t);
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     xsp_rec_end(77, 0);
     t = stop();
     if (t) {
@@ -491,7 +491,7 @@ static void test_name_cache(void)
     char buf[16] = "aten::add";
     char err[256];
     xsp_clock_set_fake(0, 1);
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     for (uint64_t k = 1; k <= 3; k++) {
         xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, buf, XSP_NAME_NUL, NULL, 0, k, -1, 0);
         xsp_rec_end(k, 0);
@@ -527,7 +527,7 @@ static void op_entry(int fake)
     const uint8_t S = XSP_NAME_STABLE;
     if (fake)
         xsp_clock_set_fake(100, 1);
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);                 /* 100 */
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);                 /* 100 */
     begin(XSP_KIND_REGION, "r", 1);                                       /* 101 */
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, "fc", 2, "Linear", 6, 2, -1, 0);   /* 102 */
     uint64_t top = UINT64_C(0xAB) << 56;          /* dropped: keys keep their low 56 bits */
@@ -628,7 +628,7 @@ static void test_op_entry_hooks(void)
     char err[256];
     xsp_span_hooks hooks = {hk_push_fn, hk_pop_fn};
     CHECK(xsp_rec_set_hooks(&hooks) == 0);
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::linear", 1, 0, 1);
     xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 2, 1, 1);
     xsp_rec_end_l(2);
@@ -655,7 +655,7 @@ static void test_op_entry_hooks(void)
 static void test_real_clock(void)
 {
     char err[256];
-    CHECK(xsp_session_start(NULL, err, sizeof err) == 0);
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_SCOPE, "sleep", 5, NULL, 0, 1, -1, 0);
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);

@@ -18,7 +18,9 @@
 #include "check.h"
 #include "core/clock.h"
 #include "core/trace.h"
+#include "core/session.h"
 #include "gpu/activity.h"
+#include "gpu/gpu_source.h"
 #include "gpu/cupti_load.h"
 #include "gpu/cupti_session.h"
 
@@ -1008,6 +1010,39 @@ static void test_session_fake(void)
     CHECK(strncmp(g_log, "sub ts ", 7) == 0);
     CHECK_EQ_U(xsp_gpu_stop(s, err, sizeof err), 0);
     xsp_gpu_store_free(s);
+
+    /* 8. the GPU source in a real session (core/session.c): CUPTI starts after the core and
+     * before the region begins (whose external id reaches CUPTI), and is flushed after the
+     * region ends; a refusal unwinds the core session and the hooks */
+    fake_reset();
+    xsp_source src;
+    CHECK_EQ_U(xsp_gpu_source(&src, 0, 0, err, sizeof err), 0);
+    CHECK(src.early == 1 && src.hooks != NULL && strcmp(src.name, "gpu") == 0);
+    xsp_session *sess = xsp_session_new(NULL, "region", "MG");
+    CHECK(xsp_session_add_source(sess, &src, err, sizeof err) == 0);
+    CHECK_EQ_U(xsp_session_start(sess, err, sizeof err), 0);
+    CHECK(strncmp(g_log, "sub ", 4) == 0);
+    CHECK_EQ_U(g_n_pushed, 2);                        /* region and step#0, CUPTI running */
+    g_log[0] = '\0';
+    xsp_trace *t = NULL;
+    CHECK_EQ_U(xsp_session_stop(sess, &t, err, sizeof err), 0);
+    CHECK(strstr(g_log, "flush1") != NULL && strstr(g_log, "unsub") != NULL);
+    CHECK_EQ_U(g_n_popped, 2);
+    CHECK(t != NULL && xsp_trace_counter(t, "gpu.records") == 0 && t->n_spans == 1);
+    CHECK(xsp_rec_set_hooks(NULL) == 0 && xsp_rec_active() == 0);
+    xsp_trace_free(t);
+    xsp_session_free(sess);
+    fake_reset();
+    g_fail_kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+    g_fail_result = CUPTI_ERROR_UNKNOWN;
+    CHECK_EQ_U(xsp_gpu_source(&src, 0, 0, err, sizeof err), 0);
+    sess = xsp_session_new(NULL, "region", "MG");
+    CHECK(xsp_session_add_source(sess, &src, err, sizeof err) == 0);
+    CHECK(xsp_session_start(sess, err, sizeof err) == -1);
+    CHECK(strncmp(err, "gpu: ", 5) == 0 && strstr(err, "no CUDA device or driver") != NULL);
+    CHECK(xsp_rec_set_hooks(NULL) == 0 && xsp_rec_active() == 0);
+    CHECK_EQ_U(xsp_gpu_active(), 0);
+    xsp_session_free(sess);
 
     CHECK(xsp_cupti_swap_for_tests(real) == &fake);
 }

@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/recorder.h"
 #include "gpu/activity.h"
+#include "core/session.h"
 #include "gpu/gpu_merge.h"
 
 static uint64_t pushed[64];     /* external ids pushed, in order */
@@ -81,6 +82,11 @@ static uint32_t find(const xsp_trace *t, const char *name, int nth)
     return UINT32_MAX;
 }
 
+static void release_store(void *ctx)
+{
+    xsp_gpu_store_free(ctx);
+}
+
 static void begin(uint8_t level, uint8_t kind, const char *name, uint64_t key, int64_t seq)
 {
     xsp_rec_begin(level, kind, name, strlen(name), NULL, 0, key, seq, 1);
@@ -89,10 +95,17 @@ static void begin(uint8_t level, uint8_t kind, const char *name, uint64_t key, i
 int main(void)
 {
     char err[256];
+    /* the real session (core/session.c) with a GPU source whose records the test writes into
+     * its store by hand: the hooks, the core, the merge and the hooks' removal are the
+     * session's (no M spans of its own: the test records the region itself) */
     xsp_span_hooks hooks = {fake_push, fake_pop};
-    CHECK(xsp_rec_set_hooks(&hooks) == 0);
+    xsp_gpu_store *s = xsp_gpu_store_new(0);
+    xsp_session *sess = xsp_session_new(&(xsp_config){.adopt_roots = 1}, NULL, "MLG");
+    xsp_source gpu = {.name = "gpu", .early = 1, .hooks = &hooks, .merge = xsp_gpu_merge,
+                      .release = release_store, .ctx = s};
+    CHECK(sess && xsp_session_add_source(sess, &gpu, err, sizeof err) == 0);
     xsp_clock_set_fake(1000, 10);
-    CHECK(xsp_session_start(&(xsp_config){.adopt_roots = 1}, err, sizeof err) == 0); /* 1000 */
+    CHECK(xsp_session_start(sess, err, sizeof err) == 0);     /* 1000 */
     CHECK(xsp_rec_set_hooks(NULL) == -1);                /* refused while recording */
     begin(XSP_LEVEL_M, XSP_KIND_REGION, "region", 1, -1);   /* 1010, push #0 */
     begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::mm", 2, 5);      /* 1020, push #1 */
@@ -110,7 +123,6 @@ int main(void)
     CHECK_EQ_U(ext_mm >> 32, ext_region >> 32);             /* same buffer, same session */
 
     uint32_t tid = (uint32_t)syscall(SYS_gettid);
-    xsp_gpu_store *s = xsp_gpu_store_new(0);
     /* aten::mm launches a kernel (corr 10) */
     add_ext(s, ext_mm, 5, 10);
     add_ext(s, 777, 0, 10);                                 /* another tool's kind: ignored */
@@ -160,11 +172,10 @@ int main(void)
     r->flags = XSP_GPU_F_NO_TIME;
     s->dropped = 2;
 
-    xsp_merge_extra extra = {xsp_gpu_merge, s};
     xsp_trace *t = NULL;
-    CHECK(xsp_session_stop_ex(&t, &extra, err, sizeof err) == 0);
+    CHECK(xsp_session_stop(sess, &t, err, sizeof err) == 0);
     xsp_clock_set_fake(0, 0);
-    CHECK(xsp_rec_set_hooks(NULL) == 0);
+    CHECK(xsp_rec_set_hooks(NULL) == 0);                 /* the session removed them */
     if (!t)
         return CHECK_DONE();
     CHECK(xsp_trace_check(t, err, sizeof err) == 0);
@@ -225,6 +236,6 @@ int main(void)
     for (uint32_t i = 1; i < t->n_spans; i++)
         CHECK(t->spans[i].start_ns >= t->spans[i - 1].start_ns);
     xsp_trace_free(t);
-    xsp_gpu_store_free(s);
+    xsp_session_free(sess);                              /* releases the store */
     return CHECK_DONE();
 }
