@@ -100,8 +100,10 @@ def child(variant, n, e2e):
 
 
 def instructions(variant, n, e2e, modules=0):
+    # sys.executable as it is, not its realpath: a virtual environment's python is a symlink,
+    # and the resolved interpreter would not find the environment's packages
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           os.path.realpath(sys.executable), __file__,
+           sys.executable, __file__,
            "--child-modules" if modules else "--child", variant, str(n),
            str(modules) if modules else ("1" if e2e else "0")]
     # a fixed hash seed: dict layouts, and so the garbage collector's work, are the same in
@@ -109,7 +111,7 @@ def instructions(variant, n, e2e, modules=0):
     env = dict(os.environ, PYTHONHASHSEED="0")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     m = re.search(r"Collected : (\d+)", out.stderr)
-    if not m:
+    if out.returncode != 0 or not m:
         raise RuntimeError("callgrind failed for %s %d: %s" % (variant, n, out.stderr[-2000:]))
     return int(m.group(1))
 

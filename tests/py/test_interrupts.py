@@ -232,3 +232,32 @@ def test_keyboard_interrupt_at_random_moments_of_2000_profiles():
     # the alarms did land inside profiles, and not always
     assert outcomes["interrupted"] > 200, outcomes
     assert outcomes["completed"] > 100, outcomes
+
+
+def test_second_ctrl_c_during_a_long_stop():
+    """A Ctrl-C that arrives while a large trace is merged (stop runs without the GIL): stop
+    finishes, then the KeyboardInterrupt is raised, and the trace is whole.  300,000 ops from
+    a C++ loop (xsp._bench, dev builds) make the merge take tens of milliseconds; the alarm is
+    set as the block's last statement to fire 5 ms later, inside __exit__."""
+    _bench = pytest.importorskip("xsp._bench")
+    import time
+    n = 300_000
+    old = signal.signal(signal.SIGALRM, _handler)
+    try:
+        prof = xsp.profile(levels="L")
+        t0 = None
+        with pytest.raises(KeyboardInterrupt):
+            with prof:
+                _bench.bench_add(n)
+                t0 = time.perf_counter()
+                signal.setitimer(signal.ITIMER_REAL, 0.005)
+        took = time.perf_counter() - t0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert took > 0.005          # the alarm fired during stop, not in the block
+    tr = prof.trace
+    assert len(tr.spans(kind="op", name="aten::add")) == n
+    assert tr.meta.get("interrupted") in (None, "KeyboardInterrupt during stop")
+    assert _broken() == []
+    assert _clean("ML") == REFERENCE["ML"]
