@@ -9,7 +9,7 @@
  *               both one thread, with a pool that holds the round (round 1 includes the
  *               page faults of the pool)
  *   clock       xsp_clock_ticks() (rdtsc where the kernel's clocksource is the TSC)
- *   stop        xsp_session_stop: the merge into one trace, per span
+ *   stop        xsp_rec_stop: the merge into one trace, per span
  *   G hooks     the op entry in a session with span hooks installed, as level G installs
  *               them (the CUPTI external-id push and pop; here they only count): the path
  *               every op takes in a G session, without CUPTI's own cost, in its own session
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
          * of chunks malloc'd past the pool (round 1 still faults the pool in; the docs give
          * the figures with the default 4 MiB pool too) */
         xsp_config cfg = {.max_bytes = 1ull << 31, .pool_bytes = (uint64_t)n * 2 * 48 + (1u << 20)};
-        if (xsp_session_start(&cfg, err, sizeof err) != 0)
+        if (xsp_rec_start(&cfg, err, sizeof err) != 0)
             return fprintf(stderr, "%s\n", err), 1;
         double ta = now_ns();
         for (int i = 0; i < n; i++) {
@@ -72,14 +72,14 @@ int main(int argc, char **argv)
             sink += xsp_clock_ticks();
         double t2 = now_ns();
         xsp_trace *t = NULL;
-        if (xsp_session_stop(&t, err, sizeof err) != 0)
+        if (xsp_rec_stop(&t, err, sizeof err) != 0)
             return fprintf(stderr, "%s\n", err), 1;
         double t3 = now_ns();
         xsp_trace_free(t);
         (void)sink;
 
         const xsp_span_hooks hooks = {count_push, count_pop};
-        if (xsp_rec_set_hooks(&hooks) != 0 || xsp_session_start(&cfg, err, sizeof err) != 0)
+        if (xsp_rec_set_hooks(&hooks) != 0 || xsp_rec_start(&cfg, err, sizeof err) != 0)
             return fprintf(stderr, "hooks: %s\n", err), 1;
         g_pushes = g_pops = 0;
         double t4 = now_ns();
@@ -88,7 +88,7 @@ int main(int argc, char **argv)
             xsp_rec_end_l((uint64_t)i);
         }
         double t5 = now_ns();
-        if (xsp_session_stop(&t, err, sizeof err) != 0)
+        if (xsp_rec_stop(&t, err, sizeof err) != 0)
             return fprintf(stderr, "%s\n", err), 1;
         xsp_rec_set_hooks(NULL);
         if (g_pushes != (uint64_t)n || g_pops != (uint64_t)n || t->n_spans != (uint64_t)n)
