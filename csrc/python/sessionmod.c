@@ -580,9 +580,14 @@ static void warn_forked(SessionObject *self)
         give_exc(exc);
 }
 
+/* 1 in a forked child whose parent was recording this profile at the fork: the at-fork
+ * handler marks it (os.fork), and a child made by a C-level fork that skipped the handler is
+ * recognised by its pid. */
 static int is_forked(SessionObject *self)
 {
-    return self->forked || (self->sess && self->pid != getpid());
+    return self->forked
+           || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_RECORDING
+               && self->pid != getpid());
 }
 
 /* Stops the session and stores the finished trace in self->data.  block_exc: the exception
@@ -866,8 +871,9 @@ static void sess_dealloc(SessionObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    if (self->sess && !is_forked(self))
-        xsp_session_free(self->sess);   /* never recording here (see sess_clear) */
+    if (is_forked(self) && self->sess)
+        xsp_session_forget(self->sess); /* the parent's recording: nothing to stop here */
+    xsp_session_free(self->sess);       /* never recording here (see sess_clear) */
     sess_clear(self);
     PyMem_Free(self->region);
     tp->tp_free(self);

@@ -118,7 +118,7 @@ def test_second_profile_is_refused_and_the_first_goes_on():
     with xsp.profile(name="first") as first:
         torch.add(a, a)
         second = xsp.profile(name="second")
-        with pytest.raises(xsp.ProfilerError) as ei:
+        with pytest.raises(xsp.SessionActiveError) as ei:
             with second:
                 pass
         msg = str(ei.value)
@@ -133,15 +133,48 @@ def test_second_profile_is_refused_and_the_first_goes_on():
     assert [(s.kind, s.name, s.parent) for s in trace] == [
         ("region", "first", None), ("op", "aten::add", 0), ("op", "aten::mul", 0)]
     assert not _core.active() and not xsp._torch.attached()
-    with pytest.raises(xsp.ProfilerError, match="not recording"):
+    with pytest.raises(xsp.SessionStateError, match="not recording"):
         second.stop()
+
+
+def test_profiles_started_on_several_threads_at_once():
+    """Eight threads start a profile at the same moment: exactly one records, the others get
+    SessionActiveError with nothing installed; the winner's trace holds its own op only."""
+    import threading
+    barrier = threading.Barrier(8)
+    results = [None] * 8
+    a = torch.ones(2)
+
+    def run(k):
+        prof = xsp.profile(levels="L", name="t%d" % k)
+        barrier.wait()
+        try:
+            with prof:
+                torch.add(a, a)
+                barrier_done.wait()
+            results[k] = ("ok", [s.name for s in prof.trace])
+        except xsp.SessionActiveError as exc:
+            results[k] = ("refused", str(exc))
+            barrier_done.wait()
+
+    barrier_done = threading.Barrier(8)
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(r[0] for r in results) == ["ok"] + ["refused"] * 7
+    assert [r[1] for r in results if r[0] == "ok"] == [["aten::add"]]
+    assert all("already recording" in r[1] for r in results if r[0] == "refused")
+    assert not _core.active() and not xsp._torch.attached()
+    assert _core.active_session() is None
 
 
 def test_a_profile_runs_once():
     prof = xsp.profile()
     with prof:
         pass
-    with pytest.raises(xsp.ProfilerError, match="already run"):
+    with pytest.raises(xsp.SessionStateError, match="already run"):
         prof.start()
     assert prof.stop() is prof.trace
     assert repr(prof) == "<xsp.profile levels=ML done>"
