@@ -17,7 +17,7 @@ import common
 import torch
 
 import xsp
-from xsp import models
+from xsp import chrome, models
 
 
 def main(argv=None):
@@ -53,7 +53,7 @@ def main(argv=None):
     t_load = common.now() - t0
     assert back == tr
     cj = os.path.join(d, "xsp.json")
-    tr.to_chrome_trace(cj)
+    chrome.write(tr, cj)
     sx, st, sc = os.path.getsize(f), os.path.getsize(tjson), os.path.getsize(cj)
     print("trace size, TinyResNet forward+backward x %d; %s" % (args.iters, common.machine()))
     print("torch.profiler Chrome JSON: %d bytes, %d events, %.1f bytes/event, export %.1f ms"

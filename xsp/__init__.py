@@ -26,7 +26,7 @@ from .levels import parse_levels
 from .profiler import profile, step
 from .trace import Span, Trace, load
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "profile",

@@ -17,6 +17,8 @@ a CPU run does not say that no GPU work happened.
 import numpy as np
 import pandas as pd
 
+from .trace import Trace, ancestor_count, nearest_ancestor
+
 GPU_WORK = ("kernel", "memcpy", "memset")
 ITERATION_KINDS = ("step", "model", "region")
 
@@ -29,7 +31,6 @@ class _Source:
     """A normalised source: the span table, the trace metadata, whether G was recorded."""
 
     def __init__(self, source):
-        from .trace import Trace
         self.measurement = None
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
@@ -39,6 +40,8 @@ class _Source:
             self.df = source
             self.meta = dict(source.attrs.get("meta", {}))
         elif hasattr(source, "span_table") and hasattr(source, "trace"):
+            # a Measurement (xsp.leveled), recognised by its span_table() and trace: leveled
+            # sits above this module (it imports the analyses), so no isinstance here
             self.measurement = source
             self.df = source.span_table()
             self.meta = dict(source.trace.meta)
@@ -73,38 +76,30 @@ class _Source:
 
     def nearest(self, kinds, strict=True):
         """For each span, the id of its nearest ancestor (strict) or itself-or-ancestor whose
-        kind is in kinds; -1 for none.  Pointer jumping, one pass per level of nesting;
+        kind is in kinds; -1 for none (xsp.trace.nearest_ancestor over the table's parents);
         computed once per (kinds, strict) for this source (the result is shared: read only)."""
         memo = (tuple(kinds), strict)
         if memo not in self._nearest:
-            self._nearest[memo] = self._nearest_of(kinds, strict)
+            self._nearest[memo] = nearest_ancestor(self.parent, np.isin(self.kind, kinds),
+                                                   include_self=not strict)
         return self._nearest[memo]
-
-    def _nearest_of(self, kinds, strict):
-        is_k = np.isin(self.kind, kinds)
-        cur = self.parent.copy() if strict else np.arange(len(self.df), dtype=np.int64)
-        todo = (cur >= 0)
-        todo[todo] = ~is_k[cur[todo]]
-        while todo.any():
-            cur[todo] = self.parent[cur[todo]]
-            todo = (cur >= 0)
-            todo[todo] = ~is_k[cur[todo]]
-        return cur
 
     def inclusive_sum(self, values, targets_kinds):
         """For each span of targets_kinds, the sum of values over the spans whose chain of
         ancestors of those kinds includes it (every enclosing one, not only the nearest)."""
         out = np.zeros(len(self.df), dtype=np.int64)
-        up = self.nearest(targets_kinds)
-        cur = up.copy()
         vals = np.asarray(values, dtype=np.int64)
-        live = cur >= 0
-        while live.any():
-            np.add.at(out, cur[live], vals[live])
-            nxt = np.full(len(cur), -1, dtype=np.int64)
-            nxt[live] = up[cur[live]]
-            cur = nxt
-            live = cur >= 0
+        up = self.nearest(targets_kinds)
+        below = up >= 0
+        np.add.at(out, up[below], vals[below])      # what each target has directly below it
+        # then each target's sum goes to the target above it, deepest targets first, so that a
+        # target's sum is complete when it moves up: one pass per level of target nesting
+        targets = np.nonzero(np.isin(self.kind, targets_kinds) & below)[0]
+        if len(targets):
+            level = ancestor_count(self.parent, np.isin(self.kind, targets_kinds))[targets]
+            for lv in range(int(level.max()), 0, -1):
+                t = targets[level == lv]
+                np.add.at(out, up[t], out[t])
         return out
 
     def iterations(self):
@@ -123,23 +118,25 @@ class _Source:
         autograd engine's device threads) that started during one."""
         its = self.iterations()
         n = len(self.df)
-        inside = np.zeros(n, dtype=bool)
-        inside[its] = True
+        is_it = np.zeros(n, dtype=bool)
+        is_it[its] = True
+        region = self.kind == "region"
+        # a span belongs where the nearest iteration or "base" span at or above it does; a
+        # base span (a root, or a child of a region) not an iteration belongs to one when it
+        # is not a region and started during one
+        base = self.parent < 0
+        base[~base] = region[self.parent[~base]]
         start = self.col("start_ns", 0).astype(np.int64)
         end = start + self.dur
-        order = np.argsort(start[its], kind="stable")
-        its_s, its_e = start[its][order], end[its][order]
-        region = self.kind == "region"
-        for i in range(n):              # parents first: ids grow with start time
-            if inside[i]:
-                continue
-            p = self.parent[i]
-            if p >= 0 and not region[p]:
-                inside[i] = inside[p]
-            elif not region[i]:
-                j = int(np.searchsorted(its_s, start[i], side="right")) - 1
-                inside[i] = j >= 0 and start[i] <= its_e[j]
-        return inside
+        during = np.zeros(n, dtype=bool)
+        b = np.nonzero(base & ~is_it & ~region)[0]
+        if len(b) and len(its):
+            order = np.argsort(start[its], kind="stable")
+            its_s, its_e = start[its][order], end[its][order]
+            j = np.searchsorted(its_s, start[b], side="right") - 1
+            during[b] = (j >= 0) & (start[b] <= its_e[np.maximum(j, 0)])
+        at = nearest_ancestor(self.parent, is_it | base, include_self=True)
+        return is_it[at] | during[at]
 
     def model_time(self):
         return int(self.dur[self.iterations()].sum())
@@ -189,13 +186,7 @@ def _layer_rows(src):
     has_mod_child = np.zeros(len(src.df), dtype=bool)
     e = enclosing[is_mod]
     has_mod_child[e[e >= 0]] = True
-    depth = np.zeros(len(src.df), dtype=np.int64)   # module ancestors of each module span
-    cur = enclosing.copy()
-    live = cur >= 0
-    while live.any():
-        depth[live] += 1
-        cur[live] = enclosing[cur[live]]
-        live = cur >= 0
+    depth = ancestor_count(src.parent, is_mod)      # module ancestors of each module span
     return ids, ~has_mod_child, depth
 
 

@@ -9,7 +9,6 @@ import json
 import math
 import os
 
-
 from ._util import atomic_write
 from .trace import KINDS, LEVELS
 
@@ -32,7 +31,10 @@ def _us(ns):
 
 
 def write(trace, path):
-    """Writes trace to path as Chrome trace JSON. Raises OSError on failure."""
+    """Writes trace (an xsp.Trace) to path as Chrome trace event JSON (chrome://tracing,
+    Perfetto UI): one track per thread, complete ("X") events with ns-exact microsecond
+    timestamps relative to the first span, so nesting is kept; span id, parent and attributes
+    go into args.  Written atomically; raises OSError on failure."""
     pid = int(trace.meta.get("pid", os.getpid()))
     t0 = int(trace.start_ns.min()) if len(trace) else 0
     parents = trace.parent_ids
@@ -53,10 +55,11 @@ def _write(trace, f, pid, t0, parents):
     cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
     tids = [t[0] for t in trace.threads]
     start, end = trace.start_ns, trace.end_ns
-    name, kind, level, thread = trace._name, trace._kind, trace._level, trace._thread
-    has_attrs = trace._attr_n > 0
+    name, kind, level = trace.name_codes, trace.kind_codes, trace.level_codes
+    thread = trace.thread_index
+    attrs_of = trace.attrs_of
     for i in range(len(trace)):
-        args = trace._attrs(i) if has_attrs[i] else {}
+        args = attrs_of(i)
         args["id"] = i
         if parents[i] >= 0:
             args["parent"] = int(parents[i])

@@ -30,7 +30,7 @@ def main(argv=None):
     import torch
 
     import xsp
-    from xsp import models
+    from xsp import chrome, models, report
 
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()
@@ -64,7 +64,7 @@ def main(argv=None):
           % (first.name, args.depth))
     print(tr.tree(root=first, max_depth=args.depth, min_duration_ns=20_000, max_children=12))
     print("\n== report (xsp.report: layers, types, kernels, GPU vs CPU)")
-    print(tr.report(top=8))
+    print(report.text(tr, top=8))
     print("\ncounters:", tr.counters)
 
     if args.repeat:
@@ -85,8 +85,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, args.model)
     tr.save(base + ".xsp")
-    tr.to_chrome_trace(base + ".json")
-    tr.to_html(base + ".html")
+    chrome.write(tr, base + ".json")
+    report.html(tr, path=base + ".html")
     print("\nwrote %s.xsp (%d bytes), %s.json (%d bytes; open in ui.perfetto.dev) and %s.html"
           " (the report)" % (base, os.path.getsize(base + ".xsp"), base,
                              os.path.getsize(base + ".json"), base))

@@ -22,9 +22,11 @@ import sys
 import numpy as np
 import pandas as pd
 
+from . import report as _report
+from .errors import LevelUnavailableError, ProfilerError, XSPWarning
 from .levels import parse_levels
 from .profiler import profile
-from .trace import KINDS
+from .trace import KINDS, LEVELS, ancestor_count, self_time
 
 RUN_ORDER = ("M", "ML", "MLG")
 GPU_WORK = ("kernel", "memcpy", "memset")
@@ -76,11 +78,16 @@ def _span_keys(trace, intern, skip=0):
     level or above (an M span skips L ancestors such as a record_function scope around the
     model call), so that every run that records a span computes the same key for it."""
     n = len(trace)
-    kinds = trace._kind
-    level = trace._level
+    kinds = trace.kind_codes
+    level = trace.level_codes
     step_kind = KINDS.index("step")
     region_kind = KINDS.index("region")
-    parent = trace.parent_ids
+    # each span's nearest ancestor at its own level or above (M 0 < L 1 < G 2)
+    up = np.full(n, -1, dtype=np.int64)
+    for lv in range(len(LEVELS)):
+        at = level == lv
+        if at.any():
+            up[at] = trace.nearest_ancestor(level <= lv, include_self=False)[at]
     it = np.full(n, -1, dtype=np.int64)
     key = np.full(n, -1, dtype=np.int64)
     steps = np.nonzero(kinds == step_kind)[0]
@@ -94,14 +101,12 @@ def _span_keys(trace, intern, skip=0):
     names = trace.strings
     knames = KINDS
     counts = {}
-    name_col = trace._name
+    name_col = trace.name_codes
     for i in range(n):
         k = kinds[i]
         if k == step_kind or k == region_kind:
             continue
-        p = parent[i]
-        while p >= 0 and level[p] > level[i]:
-            p = parent[p]
+        p = up[i]
         if p >= 0 and kinds[p] != region_kind:
             if key[p] < 0:
                 continue                  # inside a priming call, or outside every step
@@ -121,19 +126,6 @@ def _span_keys(trace, intern, skip=0):
     return it, key
 
 
-def _has_ancestor(parent, mask):
-    """For each span, whether any ancestor satisfies mask (pointer jumping, one pass per level
-    of nesting)."""
-    out = np.zeros(len(parent), dtype=bool)
-    cur = parent.copy()
-    live = cur >= 0
-    while live.any():
-        out[live] |= mask[cur[live]]
-        cur[live] = parent[cur[live]]
-        live = cur >= 0
-    return out
-
-
 class Measurement:
     """The result of xsp.measure: leveled latencies over the structure of the deepest run.
 
@@ -144,6 +136,10 @@ class Measurement:
     latency_ns: the model latency (trimmed mean of the iteration latency in the M run);
     unmatched: {run: spans of that run found nowhere in the deepest run's structure}.
     Every analysis in xsp.analysis accepts a Measurement.
+
+    xsp.analysis and xsp.report recognise a Measurement by duck typing, by its span_table()
+    method and trace attribute (they sit below this module and do not import it): another
+    object with both is taken for a Measurement.
     """
 
     def __init__(self, levels, traces, warmup, repeat, trim, batch_size, skip=1):
@@ -209,11 +205,7 @@ class Measurement:
         newpar[(newpar < 0) & (keys != 0)] = 0      # adopted roots hang under the step
         df["id"] = np.arange(len(sel), dtype=np.int64)
         df["parent"] = newpar
-        depth = np.zeros(len(sel), dtype=np.int64)
-        for i, p in enumerate(newpar.tolist()):
-            if p >= 0:
-                depth[i] = depth[p] + 1
-        df["depth"] = depth
+        df["depth"] = ancestor_count(newpar)
         if "fwd_op" in df.columns:        # ids of the deep trace -> ids of this table
             df["fwd_op"] = [None if v is None or (isinstance(v, float) and np.isnan(v))
                             or remap[int(v)] < 0 else int(remap[int(v)])
@@ -242,14 +234,8 @@ class Measurement:
         df["duration_ns"] = np.rint(np.nan_to_num(df["latency_ns"].to_numpy())).astype(np.int64)
         df["end_ns"] = df["start_ns"] + df["duration_ns"]
         # self time from the leveled durations: minus the children on the same thread
-        dur = df["duration_ns"].to_numpy()
-        thr = df["thread"].to_numpy()
-        p = df["parent"].to_numpy()
-        same = (p >= 0)
-        same[same] = thr[same] == thr[p[same]]
-        child = np.zeros(len(df), dtype=np.int64)
-        np.add.at(child, p[same], dur[same])
-        df["self_ns"] = dur - child
+        df["self_ns"] = self_time(df["duration_ns"].to_numpy(), df["parent"].to_numpy(),
+                                  df["thread"].to_numpy())
         df["std_ns"] = std
         df["min_ns"] = mn
         df["max_ns"] = mx
@@ -277,15 +263,14 @@ class Measurement:
                 n_it = self.repeat * self.rounds
                 per_it = np.zeros(n_it)
                 for (it, _), t in zip(self._keys[r], self.all_traces[r]):
-                    lvl = t._level
-                    kinds = np.array(KINDS, dtype=object)[t._kind]
-                    par = t.parent_ids
+                    lvl = t.level_codes
+                    kinds = np.array(KINDS, dtype=object)[t.kind_codes]
                     if lv == "M":
                         sel = kinds == "step"
                     elif lv == "L":
                         # L spans with no L span anywhere above them (a record_function scope
                         # around the model call encloses the model's modules: counted once)
-                        sel = (lvl == 1) & ~_has_ancestor(par, lvl == 1)
+                        sel = (lvl == 1) & (t.nearest_ancestor(lvl == 1, include_self=False) < 0)
                     else:
                         sel = np.isin(kinds, GPU_WORK)
                     sel &= it >= 0
@@ -315,17 +300,14 @@ class Measurement:
 
     def report(self, top=10):
         """The text summary (xsp.report.text)."""
-        from . import report
-        return report.text(self, top=top)
+        return _report.text(self, top=top)
 
     def to_html(self, path=None, top=10):
         """The self-contained HTML report (xsp.report.html); written to path when given."""
-        from . import report
-        return report.html(self, path=path, top=top)
+        return _report.html(self, path=path, top=top)
 
     def _repr_html_(self):
-        from . import report
-        return report.html_fragment(self, top=10)
+        return _report.html_fragment(self, top=10)
 
     def __repr__(self):
         return "<xsp.Measurement levels=%s runs=%s repeat=%d latency %.0f ns>" % (
@@ -380,7 +362,6 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
                         % type(fn).__name__)
     if "G" in lv:
         from .profiler import _import_torch, gpu_unavailable_reason
-        from .errors import LevelUnavailableError, XSPWarning
         why = gpu_unavailable_reason(_import_torch())
         if why is not None:
             msg = "level G cannot be recorded: " + why
@@ -411,9 +392,8 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
                     prof.step()
                     bar.advance("run %s%s" % (r, " (priming)" if i == 0 else ""))
             traces[r].append(prof.trace)
-            steps = int((prof.trace._kind == KINDS.index("step")).sum())
+            steps = int((prof.trace.kind_codes == KINDS.index("step")).sum())
             if steps != repeat + 1:
-                from .errors import ProfilerError
                 raise ProfilerError(
                     "measure: fn made %d steps in %d calls: it calls prof.step() or "
                     "xsp.step() itself; measure marks one step per call of fn, so remove the "

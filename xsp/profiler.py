@@ -300,7 +300,7 @@ class profile(_core.Session):
             wrapper, cell = self._modules.make()
             names = self._modules.thread_names
         names[threading.get_native_id()] = threading.current_thread().name
-        from . import __version__
+        from ._version import __version__
         meta = {"xsp_version": __version__}
         if torch is not None:
             meta["torch_version"] = str(torch.__version__)
@@ -311,7 +311,8 @@ class profile(_core.Session):
                     module_type=torch.nn.Module if wrapper is not None else None,
                     wrapper=wrapper, cell=cell, torch=shim._C_API if shim is not None else None,
                     sync=_synchronize_all if "G" in levels else None, names=names,
-                    more_names=_thread_names,
+                    # {ident: Thread}, read in C at stop (no Python runs there)
+                    threads=threading._active,
                     side=self._modules.side if self._modules is not None else None,
                     hook_owner=self._modules, meta=meta, where=_caller())
 
@@ -383,11 +384,6 @@ def step():
     prof = _core.active_session()
     if prof is not None:
         prof.step()
-
-
-def _thread_names():
-    """Native thread id -> name of the Python threads alive now (the session calls it at stop)."""
-    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 
 
 def _shapes_of(args, kwargs, torch):

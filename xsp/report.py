@@ -1,5 +1,6 @@
 """Reports over the analyses: a text summary, one self-contained HTML file, and the HTML that
-Jupyter shows for a Trace or a Measurement (`_repr_html_`).
+Jupyter shows for a Measurement (`_repr_html_`; a Trace shows its own short summary, and
+html_fragment(trace) gives it this report).
 
 Sources are what xsp.analysis takes: a Trace, a Measurement or a span table.  Plots are drawn
 with matplotlib's object API (Figure + the Agg canvas, never pyplot), so making a report does
@@ -38,9 +39,11 @@ class _Summary:
     """Everything the reports show, computed once."""
 
     def __init__(self, source, top):
-        from .leveled import Measurement
-        self.measurement = source if isinstance(source, Measurement) else None
         self.src = A._src(source)
+        # a Measurement (xsp.leveled) is recognised by duck typing, as xsp.analysis does it (a
+        # span_table() method and a trace attribute; the Measurement docstring says so):
+        # leveled is a layer above the reports (it imports them), so no isinstance here
+        self.measurement = self.src.measurement
         meta = self.src.meta
         self.title = "xsp report: %s" % meta.get("region", "trace")
         self.levels = meta.get("levels", "?")

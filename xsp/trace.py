@@ -7,11 +7,23 @@ times, depths) is computed once, vectorised, on first use.
 Exclusive ("self") time of a span = its duration minus the durations of its children on the
 same track (thread); children on other tracks (another thread's work adopted by the region,
 or GPU work) ran concurrently and are not subtracted.
+
+This is the data layer: it imports only the C core and the small helpers beside it, never the
+analyses, exporters or reports built on it (xsp.analysis, xsp.chrome, xsp.report), which read
+a Trace through its public members only.  The walks up the parent chain and the self-time
+computation that the layers above need over their own span tables (a Measurement's, a
+DataFrame's) are the module functions nearest_ancestor, ancestor_count and self_time, which
+the Trace uses itself.
 """
+import html as _html
+import itertools
+
 import numpy as np
 
 from . import _core
 from ._util import fmt_ns as _fmt_ns
+from ._util import printable as _printable
+from .levels import LEVEL_NAMES as _LEVEL_NAMES
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
@@ -24,6 +36,112 @@ def load(path):
     return Trace(_core.load(path))
 
 
+# -- walks over a parent array (any span table: a Trace's, a Measurement's, a DataFrame's) ------
+
+def _parents_and_mask(parents, mask):
+    p = np.asarray(parents)
+    if p.ndim != 1:
+        raise ValueError("parents must be a 1-d array of span ids, not of shape %s"
+                         % (p.shape,))
+    p = p.astype(np.int64, copy=False)
+    if mask is None:
+        return p, None
+    m = np.asarray(mask)
+    if m.dtype != np.bool_ and m.size:
+        raise TypeError("mask must be a boolean array, not of dtype %s" % m.dtype)
+    if m.shape != p.shape:
+        raise ValueError("mask has shape %s; it needs one entry per span (%d)"
+                         % (m.shape, len(p)))
+    return p, m.astype(np.bool_, copy=False)
+
+
+def _passes(n):
+    """Pointer jumping doubles the distance covered per pass: a chain of n spans takes at most
+    this many passes; more means parents has a cycle."""
+    return int(n).bit_length() + 1
+
+
+def _cycle():
+    return ValueError("parents has a cycle (a span table's parents must form a forest)")
+
+
+def nearest_ancestor(parents, mask, include_self=True):
+    """For every span, the id of the nearest span on its parent chain where mask is True: the
+    span itself first when include_self, then its parent, grandparent, ...; -1 where there is
+    none.  Returns an int64 array.
+
+    parents: a 1-d int array of parent ids, negative for a root (Trace.parent_ids, the parent
+    column of a span table); mask: a boolean array of the same length.  Vectorised: pointer
+    jumping, each pass doubling how far every unresolved span has looked up, so the passes
+    grow with the log of the nesting depth, never a Python loop per span.  Raises ValueError
+    for parents with a cycle or a mask of the wrong length, TypeError for a mask that is not
+    boolean."""
+    p, m = _parents_and_mask(parents, mask)
+    n = len(p)
+    p = np.where(p < 0, -1, p)
+    # ptr[i]: a span at or above i with no span of the mask from i up to, not including,
+    # ptr[i]; final once ptr[i] is in the mask or -1
+    ptr = np.where(m, np.arange(n, dtype=np.int64), p)
+    live = np.nonzero(ptr >= 0)[0]
+    live = live[~m[ptr[live]]]
+    for _ in range(_passes(n)):
+        if not len(live):
+            break
+        nxt = ptr[ptr[live]]
+        ptr[live] = nxt
+        live = live[nxt >= 0]
+        live = live[~m[ptr[live]]]
+    else:
+        if len(live):
+            raise _cycle()
+    if include_self:
+        return ptr
+    out = np.full(n, -1, dtype=np.int64)
+    has = p >= 0
+    out[has] = ptr[p[has]]
+    return out
+
+
+def ancestor_count(parents, mask=None):
+    """For every span, how many of its ancestors (parent, grandparent, ..., the span itself
+    not included) are in mask; with mask None, all of them: the span's depth (roots 0).
+    Returns an int64 array.  Arguments and errors as for nearest_ancestor; also pointer
+    jumping (over the chain of the mask's spans that nearest_ancestor gives)."""
+    p, m = _parents_and_mask(parents, mask)
+    if m is not None:
+        p = nearest_ancestor(p, m, include_self=False)
+    up = np.where(p < 0, -1, p)
+    # cnt[i]: the spans above i up to and including up[i]; final once up[i] is -1
+    cnt = (up >= 0).astype(np.int64)
+    live = np.nonzero(up >= 0)[0]
+    for _ in range(_passes(len(up))):
+        if not len(live):
+            break
+        u = up[live]
+        cnt[live] += cnt[u]
+        up[live] = up[u]
+        live = live[up[live] >= 0]
+    else:
+        if len(live):
+            raise _cycle()
+    return cnt
+
+
+def self_time(durations, parents, tracks):
+    """Exclusive durations: each span's duration minus the durations of its children on the
+    same track (equal values in tracks: a thread index or OS thread id), an int64 array.
+    Children on another track ran concurrently and are not subtracted.  parents as for
+    nearest_ancestor."""
+    dur = np.asarray(durations).astype(np.int64, copy=False)
+    p = np.asarray(parents).astype(np.int64, copy=False)
+    tr = np.asarray(tracks)
+    same = p >= 0
+    same[same] = tr[same] == tr[p[same]]
+    child_sum = np.zeros(len(dur), dtype=np.int64)
+    np.add.at(child_sum, p[same], dur[same])
+    return dur - child_sum
+
+
 # numpy formats of the C span fields (csrc/core/trace.h, xsp_span), in native byte order
 _SPAN_FORMATS = {"start_ns": "=i8", "end_ns": "=i8", "parent": "=u4", "name": "=u4",
                  "thread": "=u4", "attr_off": "=u4", "attr_n": "=u2", "level": "u1",
@@ -34,9 +152,13 @@ class Trace:
     """One merged, hierarchical trace: model -> modules -> ops -> CUDA API calls and GPU work.
 
     len(trace), iteration (Span objects in id order, i.e. by start time), trace[i],
-    trace.roots(), trace.tree(), trace.to_pandas(), trace.save(path),
-    trace.to_chrome_trace(path); trace.meta and trace.counters are dicts (counters say what was
-    lost: "lost.cap", "lost.depth", "unmatched_end", ...).
+    trace.roots(), trace.tree(), trace.to_pandas(), trace.save(path); trace.meta and
+    trace.counters are dicts (counters say what was lost: "lost.cap", "lost.depth",
+    "unmatched_end", ...).  The span table, one entry per span indexed by span id: start_ns,
+    end_ns, duration_ns, self_ns, parent_ids, depth, kind_codes, level_codes, name_codes,
+    thread_index, flag_bits (numpy arrays), attrs_of(i), attr_column(key), and
+    nearest_ancestor(mask) for walks up the parent chain.  Reports and exports are one layer
+    up: xsp.report.text(trace), xsp.report.html(trace, path), xsp.chrome.write(trace, path).
     """
 
     def __init__(self, data):
@@ -44,8 +166,6 @@ class Trace:
         # the span columns: read-only strided views of the C span array (no copy; each view
         # keeps data alive).  Times are uint64 in C, viewed as int64 (as astype did before:
         # times at or above 2**63 would wrap; clocks start near 0 or at the epoch).
-        # attr_off and attr_n are copied with the attribute columns: add_attrs rewrites them
-        # in place, and a Trace built before must keep offsets that match its attributes.
         itemsize, fields = data.span_layout()
         names, formats, offsets = [], [], []
         for name, off, size in fields:
@@ -64,8 +184,8 @@ class Trace:
         self._parent = spans["parent"]
         self._name = spans["name"]
         self._thread = spans["thread"]
-        self._attr_off = spans["attr_off"].copy()
-        self._attr_n = spans["attr_n"].copy()
+        self._attr_off = spans["attr_off"]
+        self._attr_n = spans["attr_n"]
         self._level = spans["level"]
         self._kind = spans["kind"]
         self._flags = spans["flags"]
@@ -97,34 +217,92 @@ class Trace:
         return p
 
     @property
+    def kind_codes(self):
+        """Each span's kind as an index into xsp.trace.KINDS ('region', 'model', 'step',
+        'module', 'op', ...), a read-only uint8 array indexed by span id (a view of the C
+        trace: no copy)."""
+        return self._kind
+
+    @property
+    def level_codes(self):
+        """Each span's level as an index into xsp.trace.LEVELS (0 'M', 1 'L', 2 'G'), a
+        read-only uint8 array indexed by span id."""
+        return self._level
+
+    @property
+    def name_codes(self):
+        """Each span's name as an index into strings, a read-only uint32 array indexed by
+        span id (trace.strings[trace.name_codes[i]] is span i's name)."""
+        return self._name
+
+    @property
+    def thread_index(self):
+        """Each span's track as an index into threads, a read-only uint32 array indexed by
+        span id (trace.threads[trace.thread_index[i]] is span i's (tid, name, kind))."""
+        return self._thread
+
+    @property
+    def flag_bits(self):
+        """Each span's flags, a read-only uint32 array indexed by span id: bit 1 open at stop
+        (ended at the stop time), bit 2 forced end (an enclosing span ended first)."""
+        return self._flags
+
+    @property
     def self_ns(self):
         """Exclusive durations (see the module docstring), an int64 array."""
         if self._self_ns is None:
-            dur = self.duration_ns
-            p = self.parent_ids
-            has = p >= 0
-            same = np.zeros(len(self), dtype=bool)
-            same[has] = self._thread[has] == self._thread[p[has]]
-            child_sum = np.zeros(len(self), dtype=np.int64)
-            np.add.at(child_sum, p[same], dur[same])
-            self._self_ns = dur - child_sum
+            self._self_ns = self_time(self.duration_ns, self.parent_ids, self._thread)
         return self._self_ns
 
     @property
     def depth(self):
         """Depth of each span (roots 0), an int32 array."""
         if self._depth is None:
-            p = self.parent_ids
-            d = np.zeros(len(self), dtype=np.int32)
-            anc = p.copy()
-            while True:                       # one step up per pass: passes = max depth
-                live = anc >= 0
-                if not live.any():
-                    break
-                d[live] += 1
-                anc[live] = p[anc[live]]
-            self._depth = d
+            self._depth = ancestor_count(self.parent_ids).astype(np.int32)
         return self._depth
+
+    def nearest_ancestor(self, mask, include_self=True):
+        """For every span, the id of the nearest span on its parent chain (the span itself
+        first when include_self, then its parent, grandparent, ...) where mask, a boolean
+        array indexed by span id, is True; -1 where there is none.  An int64 array, computed
+        vectorised (pointer jumping; xsp.trace.nearest_ancestor over parent_ids).  E.g. the
+        enclosing op of every span: trace.nearest_ancestor(trace.kind_codes ==
+        KINDS.index("op"), include_self=False).  Raises ValueError for a mask of the wrong
+        length, TypeError for one that is not boolean."""
+        return nearest_ancestor(self.parent_ids, mask, include_self)
+
+    # -- attributes ----------------------------------------------------------------------
+    def attrs_of(self, i):
+        """The attributes of span i (a span id) as a new dict: key -> int, float or str
+        (type, seq, fwd_op, ...; {} for a span without attributes)."""
+        n = int(self._attr_n[i])
+        if not n:
+            return {}
+        off = int(self._attr_off[i])
+        out = {}
+        for j in range(off, off + n):
+            t = self._atype[j]
+            if t == 0:
+                v = int(self._aint[j])
+            elif t == 1:
+                v = float(self._afloat[j])
+            else:
+                v = self.strings[self._astr[j]]
+            out[self.strings[self._akey[j]]] = v
+        return out
+
+    def attr_column(self, key):
+        """The spans that have attribute key and their values: (span_ids, values), span_ids an
+        int64 array in increasing order and values in the same order: an int64 array when
+        every value is an int, a float64 array when every value is a float, else a list (str
+        values, or values of mixed types).  A key no span has gives two empty int64 arrays.
+        A span's value is the one attrs_of(i) gives."""
+        try:
+            k = self.strings.index(key)
+        except ValueError:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        ids, sel = self._attr_entries(k, self._attr_owner())
+        return ids, self._attr_values(sel)
 
     def _attr_owner(self):
         """For each attribute, the id of the span it belongs to (from attr_off/attr_n, so any
@@ -140,32 +318,51 @@ class Trace:
             owner[first + within] = spans
         return owner
 
+    def _attr_entries(self, key_id, owner):
+        """(span ids, attribute indices) of the attributes with key string key_id that belong
+        to a span, by span id; one per span: the last, as attrs_of keeps it."""
+        sel = np.nonzero(self._akey == key_id)[0]
+        ids = owner[sel]
+        keep = ids >= 0
+        sel, ids = sel[keep], ids[keep]
+        if len(ids) > 1 and (np.diff(ids) < 0).any():      # the usual layout is span order
+            order = np.lexsort((sel, ids))
+            sel, ids = sel[order], ids[order]
+        if len(ids) > 1:
+            last = np.ones(len(ids), dtype=bool)
+            last[:-1] = ids[1:] != ids[:-1]
+            sel, ids = sel[last], ids[last]
+        return ids, sel
+
+    def _attr_values(self, sel):
+        """The values of attributes sel (indices): see attr_column."""
+        types = self._atype[sel]
+        if len(sel) and (types == 0).all():
+            return self._aint[sel].astype(np.int64, copy=False)
+        if len(sel) and (types == 1).all():
+            return self._afloat[sel].astype(np.float64, copy=False)
+        if not len(sel):
+            return np.zeros(0, dtype=np.int64)
+        strings = self.strings
+        return [int(self._aint[j]) if t == 0 else float(self._afloat[j]) if t == 1
+                else strings[self._astr[j]] for j, t in zip(sel.tolist(), types.tolist())]
+
     def _module_owner(self):
         """For each span, the id of the module or model span it belongs to (itself, its nearest
         such ancestor, or for a backward function and what runs inside it, the owner of the
-        forward op it differentiates), -1 for none.  Vectorised: pointer jumping, one pass per
-        level of nesting."""
-        n = len(self)
-        p = self.parent_ids
+        forward op it differentiates), -1 for none.  Vectorised: nearest_ancestor over the
+        parent chain where a linked backward function's parent is its forward op."""
         is_mod = np.isin(self._kind, (KINDS.index("module"), KINDS.index("model")))
-        # step: where each span looks next: itself if a module, its forward op if a linked
-        # backward function, else its parent
-        step = p.copy()
-        step[is_mod] = np.nonzero(is_mod)[0]
+        # step: where each span looks next: its forward op if a linked backward function,
+        # else its parent
+        step = self.parent_ids
         if "fwd_op" in self.strings and len(self._akey):
-            sel = np.nonzero(self._akey == self.strings.index("fwd_op"))[0]
-            owners = self._attr_owner()[sel]
-            target = self._aint[sel]
-            ok = (owners >= 0) & (target >= 0) & (target < owners)   # forward ops come first:
-            step[owners[ok]] = target[ok]                             # no cycle, even in a file
-        done = is_mod | (step < 0)
-        cur = step.copy()
-        while not done.all():
-            todo = ~done
-            cur[todo] = step[cur[todo]]
-            done = done | (cur < 0)
-            done[todo] |= is_mod[np.maximum(cur[todo], 0)] & (cur[todo] >= 0)
-        return cur
+            owners, sel = self._attr_entries(self.strings.index("fwd_op"), self._attr_owner())
+            ints = self._atype[sel] == 0
+            owners, target = owners[ints], self._aint[sel[ints]]
+            ok = (target >= 0) & (target < owners)   # forward ops come first: no cycle, even
+            step[owners[ok]] = target[ok]            # in a file
+        return nearest_ancestor(step, is_mod, include_self=True)
 
     def _child_index(self):
         if self._children is None:
@@ -224,20 +421,6 @@ class Trace:
                 return []
             mask &= self._name == sid
         return [Span(self, int(i)) for i in np.nonzero(mask)[0]]
-
-    def _attrs(self, i):
-        off, n = int(self._attr_off[i]), int(self._attr_n[i])
-        out = {}
-        for j in range(off, off + n):
-            t = self._atype[j]
-            if t == 0:
-                v = int(self._aint[j])
-            elif t == 1:
-                v = float(self._afloat[j])
-            else:
-                v = self.strings[self._astr[j]]
-            out[self.strings[self._akey[j]]] = v
-        return out
 
     @property
     def lost(self):
@@ -316,23 +499,6 @@ class Trace:
                                {} if meta is None else meta,
                                {} if counters is None else counters))
 
-    def _with_attrs(self, key, ids, values):
-        """Gives span ids[k] the attribute key = values[k] (int, float or str) and returns a
-        new Trace over the changed data.  ids: strictly increasing span ids, none of which has
-        key yet; numpy arrays are accepted for ids and values.
-
-        Internal, for analyses that attach derived per-span values.  The attributes are added
-        in place to the C trace this Trace shares with the returned one, so this Trace's cached
-        columns (attributes, strings) are stale afterwards: use only the returned Trace.
-        Raises ValueError (bad ids, a span that already has key; spans and attributes are then
-        unchanged) or TypeError, as TraceData.add_attrs does."""
-        if isinstance(ids, np.ndarray):
-            ids = ids.tolist()
-        if isinstance(values, np.ndarray):
-            values = values.tolist()
-        self._data.add_attrs(key, ids, values)
-        return type(self)(self._data)
-
     # -- views -------------------------------------------------------------------------------
     def __repr__(self):
         n = len(self)
@@ -342,6 +508,40 @@ class Trace:
         return "<xsp.Trace %d spans (%s), %d threads, %s, lost %d>" % (
             n, per or "none", len(self.threads), span, self.lost)
 
+    _HTML_TREE_LINES = 40
+
+    def _repr_html_(self):
+        """What Jupyter shows: a small summary (spans per level, threads, duration, what was
+        lost) and the first lines of tree(), HTML-escaped.  The full report with tables and
+        plots is xsp.report.html_fragment(trace)."""
+        esc = _html.escape
+        n = len(self)
+        span = _fmt_ns(self.end_ns.max() - self.start_ns.min()) if n else "0 ns"
+        rows = "".join("<tr><td>%s (%s)</td><td>%d</td></tr>" % (
+            esc(lv), esc(_LEVEL_NAMES.get(lv, "?")), int((self._level == k).sum()))
+            for k, lv in enumerate(LEVELS))
+        threads = ", ".join("%s (%d)" % (name or "?", tid) for tid, name, _ in self.threads[:8])
+        if len(self.threads) > 8:
+            threads += ", … %d more" % (len(self.threads) - 8)
+        lost = {k: v for k, v in self.counters.items() if v}
+        counters = ", ".join("%s %d" % kv for kv in sorted(lost.items())) or "none"
+        lines = list(itertools.islice(self._tree_lines(None, 3, 0, 8),
+                                      self._HTML_TREE_LINES + 1))
+        if len(lines) > self._HTML_TREE_LINES:
+            lines[-1] = "…"
+        parts = [
+            '<div class="xsp-trace">',
+            "<p><b>xsp.Trace</b>: %d spans, %d threads, %s; lost %d</p>" % (
+                n, len(self.threads), esc(span), self.lost),
+            "<table><tr><th>level</th><th>spans</th></tr>%s</table>" % rows,
+            "<p>threads: %s</p>" % esc(threads or "none"),
+            "<p>counters (lost or dropped): %s</p>" % esc(counters),
+            "<pre>%s</pre>" % esc("\n".join(lines)),
+            "<p>Full report: <code>xsp.report.html_fragment(trace)</code></p>",
+            "</div>",
+        ]
+        return _printable("\n".join(parts))
+
     def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None):
         """A readable text tree: one line per span with kind, duration and self time.
 
@@ -350,13 +550,22 @@ class Trace:
         summarised in one line); root: a span or span id to print the subtree of (default:
         every root).
         """
-        lines = []
+        if root is not None:
+            root = self[int(getattr(root, "id", root))].id
+        lines = list(self._tree_lines(root, max_depth, min_duration_ns, max_children))
+        if self.lost or self.counters.get("unmatched_end"):
+            lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
+        return "\n".join(lines)
+
+    def _tree_lines(self, root, max_depth, min_duration_ns, max_children):
+        """The lines of tree(), one at a time (so a caller may stop early); root: a span id
+        or None for every root."""
         dur = self.duration_ns
         selft = self.self_ns
 
         def label(i):
             s = "%s [%s" % (self.strings[self._name[i]], KINDS[self._kind[i]])
-            typ = self._attrs(i).get("type") if self._attr_n[i] else None
+            typ = self.attrs_of(i).get("type") if self._attr_n[i] else None
             if typ and typ != self.strings[self._name[i]]:
                 s += " " + typ
             s += "] %s" % _fmt_ns(dur[i])
@@ -374,11 +583,11 @@ class Trace:
             while todo:
                 item = todo.pop()
                 if isinstance(item, str):
-                    lines.append(item)
+                    yield item
                     continue
                 i, prefix, last, depth = item
                 conn = "" if depth == 0 else ("└─ " if last else "├─ ")
-                lines.append(prefix + conn + label(i))
+                yield prefix + conn + label(i)
                 if max_depth is not None and depth >= max_depth:
                     continue
                 kids = [int(k) for k in self.children_of(i) if dur[k] >= min_duration_ns]
@@ -392,14 +601,11 @@ class Trace:
                                  depth + 1))
 
         if root is not None:
-            walk(self[int(getattr(root, "id", root))].id)
+            yield from walk(root)
         else:
             for r in np.nonzero(self._parent == NO_PARENT)[0]:
                 if dur[r] >= min_duration_ns:
-                    walk(int(r))
-        if self.lost or self.counters.get("unmatched_end"):
-            lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
-        return "\n".join(lines)
+                    yield from walk(int(r))
 
     def to_pandas(self):
         """One row per span: id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
@@ -433,16 +639,14 @@ class Trace:
         })
         if len(self._akey):
             owner = self._attr_owner()
-            strings = np.array(self.strings, dtype=object)
             for k in np.unique(self._akey):
                 col = np.full(n, None, dtype=object)
-                is_k = self._akey == k
-                for typ, values in ((0, self._aint), (1, self._afloat), (2, None)):
-                    sel = np.nonzero(is_k & (self._atype == typ))[0]
-                    sel = sel[owner[sel] >= 0]
-                    if len(sel):
-                        col[owner[sel]] = (strings[self._astr[sel]] if values is None
-                                           else values[sel].tolist())
+                ids, sel = self._attr_entries(k, owner)
+                if len(ids):
+                    values = self._attr_values(sel)
+                    vals = np.empty(len(ids), dtype=object)
+                    vals[:] = values.tolist() if isinstance(values, np.ndarray) else values
+                    col[ids] = vals
                 df[self.strings[k]] = col
         return df
 
@@ -476,29 +680,6 @@ class Trace:
             cols.insert(6, "backward_ns")
         return g[cols]
 
-    def report(self, top=10):
-        """The readable text summary (xsp.report.text): headline, top layers, layer types,
-        top kernels, GPU vs CPU time."""
-        from . import report
-        return report.text(self, top=top)
-
-    def to_html(self, path=None, top=10):
-        """The self-contained HTML report (xsp.report.html), written to path when given;
-        returns the document."""
-        from . import report
-        return report.html(self, path=path, top=top)
-
-    def _repr_html_(self):
-        from . import report
-        return report.html_fragment(self, top=10)
-
-    def to_chrome_trace(self, path):
-        """Writes Chrome trace event JSON (chrome://tracing, Perfetto UI): one track per thread,
-        complete ("X") events with ns-exact microsecond timestamps relative to the first span,
-        so nesting is kept; span id, parent and attributes go into args."""
-        from . import chrome
-        chrome.write(self, path)
-
 
 class Span:
     """One span of a Trace: id, parent, level, kind, name, start_ns, end_ns, thread, attrs,
@@ -523,7 +704,7 @@ class Span:
                       doc="OS thread id of the thread that recorded the span.")
     thread_name = property(lambda s: s._t.threads[s._t._thread[s.id]][1])
     flags = property(lambda s: int(s._t._flags[s.id]))
-    attrs = property(lambda s: s._t._attrs(s.id), doc="Attributes: type, seq, fwd_op, ...")
+    attrs = property(lambda s: s._t.attrs_of(s.id), doc="Attributes: type, seq, fwd_op, ...")
 
     @property
     def children(self):
@@ -553,4 +734,4 @@ class Span:
                                            _fmt_ns(self.duration_ns))
 
 
-__all__ = ["Trace", "Span", "load"]
+__all__ = ["Trace", "Span", "load", "nearest_ancestor", "ancestor_count", "self_time"]

@@ -23,10 +23,10 @@
  * block ended), thread names, and the shapes and memory attributes of module spans.  The trace
  * comes back as a TraceData that never changes (tracedata.c).
  *
- * Stop calls Python twice (the sync callable, and one that names threads); both are callouts:
- * an Exception they raise becomes a message in the trace, anything else (KeyboardInterrupt,
- * SystemExit: a second Ctrl-C during stop) is kept and raised once stop is complete and the
- * trace stored, with meta "interrupted" saying so.  A Ctrl-C during the merge itself (long for
+ * Stop runs Python code only for level G (the sync callable); it is a callout: an Exception it
+ * raises becomes a message in the trace, anything else (KeyboardInterrupt, SystemExit: a second
+ * Ctrl-C during stop) is kept and raised once stop is complete and the trace stored, with meta
+ * "interrupted" saying so.  Thread names come from threading._active, read in C.  A Ctrl-C during the merge itself (long for
  * large traces, run without the GIL) is delivered by CPython after __exit__ returns.  If the
  * merge runs out of memory the trace is lost, and the exception says so (TraceLostError, or a
  * note on the pending interrupt).
@@ -63,7 +63,7 @@ typedef struct {
     PyObject *torch;            /* xsp._torch's capsule (strong), or NULL: no level L ops */
     PyObject *sync;             /* callable run at stop, returns None or a message, or NULL */
     PyObject *names;            /* dict native tid -> thread name, or NULL */
-    PyObject *more_names;       /* callable () -> dict like names, run at stop, or NULL */
+    PyObject *threads;          /* threading._active, {ident: Thread}, read at stop, or NULL */
     PyObject *side;             /* dict native tid -> [[shapes, mem0, delta], ...], or NULL */
     PyObject *hook_owner;       /* object whose int attribute _errors counts failures, or NULL */
     PyObject *meta;             /* dict of meta added at stop (strong), or NULL */
@@ -519,9 +519,37 @@ static void meta_from(xsp_trace *t, PyObject *meta)
     }
 }
 
+/* Names the CPU tracks of t after the Python threads alive now, from threading._active
+ * ({ident: Thread}) read directly: each Thread's plain attributes _native_id and _name, so no
+ * Python code runs (threading.enumerate would, and an exception raised inside it by a trace
+ * function at its `with` line's exit leaves threading's lock held).  A thread without them is
+ * skipped. */
+static void name_live_threads(xsp_trace *t, PyObject *threads)
+{
+    if (!PyDict_Check(threads))
+        return;
+    PyObject *names = PyDict_New();
+    Py_ssize_t pos = 0;
+    PyObject *k, *th;
+    while (names && PyDict_Next(threads, &pos, &k, &th)) {
+        PyObject *tid = PyObject_GetAttrString(th, "_native_id");
+        PyObject *name = tid ? PyObject_GetAttrString(th, "_name") : NULL;
+        if (tid && name && PyLong_Check(tid) && PyUnicode_Check(name)
+            && PyDict_SetItem(names, tid, name) < 0)
+            PyErr_Clear();
+        Py_XDECREF(tid);
+        Py_XDECREF(name);
+        PyErr_Clear();
+    }
+    if (names)
+        name_threads(t, names);
+    Py_XDECREF(names);
+    PyErr_Clear();
+}
+
 /* Everything the trace says besides its spans, in C on the finished trace: this profile's
- * meta, hook_errors, how the block ended, thread names, the side table.  Python runs only in
- * the more_names callout (absorbed).  Failures here lose a detail, never the trace. */
+ * meta, hook_errors, how the block ended, thread names, the side table.  No Python code runs.
+ * Failures here lose a detail, never the trace. */
 static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
 {
     meta_from(t, self->meta);
@@ -537,14 +565,8 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
         xsp_trace_set_meta_int(t, "hook_errors", errors);
     }
     name_threads(t, self->names);
-    if (self->more_names) {
-        PyObject *more = PyObject_CallNoArgs(self->more_names);
-        if (more)
-            name_threads(t, more);
-        else
-            absorb(self, NULL, 0);
-        Py_XDECREF(more);
-    }
+    if (self->threads)
+        name_live_threads(t, self->threads);
     if (self->side && PyDict_Check(self->side) && attach_side(t, self->side) != 0)
         xsp_trace_set_meta_str(t, "attrs_error", "out of memory while attaching attributes");
     if (block_exc && block_exc != Py_None) {
@@ -664,13 +686,13 @@ static char *dup_cstr(const char *s)
 
 /* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
  *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
- *        torch=None, sync=None, names=None, more_names=None, side=None, hook_owner=None,
+ *        torch=None, sync=None, names=None, threads=None, side=None, hook_owner=None,
  *        meta=None, where=None) */
 static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
                              "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
-                             "wrapper", "cell", "torch", "sync", "names", "more_names", "side",
+                             "wrapper", "cell", "torch", "sync", "names", "threads", "side",
                              "hook_owner", "meta", "where", NULL};
     const char *levels, *region = NULL;
     unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
@@ -722,7 +744,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     KEEP(torch, torch);
     KEEP(sync, sync);
     KEEP(names, names);
-    KEEP(more_names, more);
+    KEEP(threads, more);
     KEEP(side, side);
     KEEP(hook_owner, owner);
     KEEP(meta, meta);
@@ -837,7 +859,7 @@ static int sess_traverse(SessionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->torch);
     Py_VISIT(self->sync);
     Py_VISIT(self->names);
-    Py_VISIT(self->more_names);
+    Py_VISIT(self->threads);
     Py_VISIT(self->side);
     Py_VISIT(self->hook_owner);
     Py_VISIT(self->meta);
@@ -857,7 +879,7 @@ static int sess_clear(SessionObject *self)
     Py_CLEAR(self->torch);
     Py_CLEAR(self->sync);
     Py_CLEAR(self->names);
-    Py_CLEAR(self->more_names);
+    Py_CLEAR(self->threads);
     Py_CLEAR(self->side);
     Py_CLEAR(self->hook_owner);
     Py_CLEAR(self->meta);

@@ -28,7 +28,7 @@ def check_tree(trace, nesting=True):
         if p < 0:
             continue
         assert p < i, (p, i)
-        if nesting and trace._thread[p] == trace._thread[i]:
+        if nesting and trace.thread_index[p] == trace.thread_index[i]:
             assert start[p] <= start[i] and end[i] <= end[p], (p, i)
 
 

@@ -266,7 +266,7 @@ def test_shapes_and_memory_recorded_by_profile():
 def test_text_and_html_reports_on_the_gpu_trace():
     from html.parser import HTMLParser
     tr = gpu_trace()
-    txt = tr.report(top=2)
+    txt = xsp.report.text(tr, top=2)
     lines = txt.splitlines()
     assert lines[:4] == ["xsp report: prof", "levels MLG, 25 spans, 2 iterations",
                          "model latency: mean 500 ns, median 500 ns, min 500 ns, max 500 ns",
@@ -299,7 +299,7 @@ def test_text_and_html_reports_on_the_gpu_trace():
                 self.h3.append(data.strip())
 
     p = P()
-    p.feed(tr.to_html(top=2))
+    p.feed(xsp.report.html(tr, top=2))
     assert p.h3 == ["Top 2 layers", "Layer types", "Top 2 kernels", "GPU vs CPU per layer",
                     "Plots"]
     k = p.cells.index("gemm")
@@ -310,9 +310,9 @@ def test_text_and_html_reports_on_the_gpu_trace():
     # latency per iteration, top layers, layer types, top kernels, GPU vs CPU
     import importlib.util
     assert p.imgs == (5 if importlib.util.find_spec("matplotlib") else 0)
-    assert tr._repr_html_().startswith('<div class="xsp-report">')
+    assert xsp.report.html_fragment(tr).startswith('<div class="xsp-report">')
     # CPU trace: no kernel section, says so
-    assert "Kernels, GPU vs CPU: level G was not recorded" in cpu_trace().report()
+    assert "Kernels, GPU vs CPU: level G was not recorded" in xsp.report.text(cpu_trace())
 
 
 def test_work_on_other_threads_belongs_to_the_iteration_it_started_in():

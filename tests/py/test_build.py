@@ -1,9 +1,6 @@
-"""Hand-built traces: Trace.from_spans (over _core.build) and Trace._with_attrs (over
-TraceData.add_attrs).  Guards the exact contents of a built trace (columns, attributes, tracks,
-meta, counters, the DataFrame), its file round trip, that every bad input is refused with the
-right exception naming the span and the key, and that attributes added afterwards are kept by
-save/load and shown by to_pandas."""
-import numpy as np
+"""Hand-built traces: Trace.from_spans (over _core.build).  Guards the exact contents of a
+built trace (columns, attributes, tracks, meta, counters, the DataFrame), its file round trip,
+and that every bad input is refused with the right exception naming the span and the key."""
 import pandas as pd
 import pytest
 import torch
@@ -212,72 +209,3 @@ def test_core_build_accepts_lists_and_bools():
     td = _core.build([[0, 1, -1, True, 4, "s", 0, False, {"b": True}]], [[5, "t", 0]], {}, {})
     tr = Trace(td)
     assert tr[0].level == LEVELS[1] and tr[0].attrs == {"b": 1} and tr.threads == [(5, "t", 0)]
-
-
-# -- adding attributes afterwards ---------------------------------------------------------------
-
-def test_with_attrs_exact(built, tmp_path):
-    tr = built._with_attrs("flops", [0, 2, 3, 5], [10, 2.5, "big", -1])
-    assert isinstance(tr, Trace) and tr is not built
-    assert [s.attrs for s in tr] == [
-        {"flops": 10}, {"type": "Net"}, {"type": "Linear", "scale": 0.5, "flops": 2.5},
-        {"seq": 7, "neg": -(1 << 63), "flops": "big"}, {}, {"flops": -1}]
-    assert tr._data.check() is None
-    df = tr.to_pandas()
-    assert col(df, "flops") == [10, None, 2.5, "big", None, -1]
-    assert col(df, "type") == [None, "Net", "Linear", None, None, None]
-    # a key other spans already have, on spans that lack it; numpy arrays are accepted
-    tr = tr._with_attrs("type", np.array([0, 4]), np.array(["R", "K"]))
-    assert col(tr.to_pandas(), "type") == ["R", "Net", "Linear", None, "K", None]
-    path = tmp_path / "attrs.xsp"
-    tr.save(path)
-    back = xsp.load(path)
-    assert back == tr
-    assert [s.attrs for s in back] == [s.attrs for s in tr]
-    assert col(back.to_pandas(), "flops") == [10, None, 2.5, "big", None, -1]
-    assert back.to_pandas().equals(tr.to_pandas())
-
-
-def test_with_attrs_empty(built):
-    tr = built._with_attrs("flops", [], [])
-    assert tr == built and "flops" not in tr.to_pandas()
-
-
-@pytest.mark.parametrize("key, ids, values, exc, words", [
-    ("type", [0, 1], [1, 2], ValueError, ['span 1 (ids[1]): already has attribute "type"']),
-    ("x", [2, 2], [1, 2], ValueError,
-     ["span 2 (ids[1]): not after ids[0] = 2 (ids must be strictly increasing)"]),
-    ("x", [3, 1], [1, 2], ValueError, ["span 1 (ids[1]): not after ids[0] = 3"]),
-    ("x", [0, 6], [1, 2], ValueError, ["span 6 (ids[1]): no such span (the trace has 6)"]),
-    ("x", [-1], [1], ValueError, ["span -1 (ids[0]): no such span"]),
-    ("x", [0, 1], [1], ValueError, ["2 ids but 1 values"]),
-    ("x", list(range(7)), [1] * 7, ValueError, ["7 ids for a trace of 6 spans"]),
-    ("x", [0, 1], [1, [2]], TypeError, ["values[1] must be an int, float or str, not list"]),
-    ("x", [0, 1], [None, 1], TypeError, ["values[0]", "NoneType"]),
-    ("x", [0, 1], [1, 1 << 63], OverflowError, ["values[1]", "64-bit signed int"]),
-    ("x", [0, 1.0], [1, 2], TypeError, ["ids[1] must be an int, not float"]),
-    ("x", 3, [1], TypeError, ["ids must be a sequence, not int"]),
-    ("x", [0], "a", TypeError, ["values must be a sequence, not str"]),
-    (3, [0], [1], TypeError, ["must be str, not int"]),
-    ("a\0b", [0], [1], ValueError, ["key contains a NUL character"]),
-])
-def test_add_attrs_errors_leave_trace_unchanged(built, key, ids, values, exc, words):
-    before = built.to_bytes()
-    with pytest.raises(exc) as e:
-        built._with_attrs(key, ids, values)
-    for w in words:
-        assert w in str(e.value)
-    assert type(e.value) is exc
-    assert built._data.dumps() == before
-    assert Trace(built._data) == built
-
-
-def test_add_attrs_failed_string_values_keep_spans(built):
-    """A failure found by the C core after string values were interned: the spans and
-    attributes are unchanged (the strings may stay in the table, unreferenced)."""
-    with pytest.raises(ValueError, match="already has attribute"):
-        built._data.add_attrs("seq", [1, 3], ["new string", "another"])
-    again = Trace(built._data)
-    assert again == built
-    assert [s.attrs for s in again] == [s.attrs for s in built]
-    assert again._data.check() is None

@@ -1,4 +1,4 @@
-"""Chrome trace event export (Trace.to_chrome_trace)."""
+"""Chrome trace event export (xsp.chrome.write)."""
 import json
 import os
 import re
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import xsp
+import xsp.chrome
 from helpers import main_tid
 import models
 
@@ -30,7 +31,7 @@ def _ns(us):
 def _check_export(trace, path):
     """Asserts the export of trace at path: metadata, one X event per span with exact times,
     per-thread nesting; returns the X events in span id order."""
-    trace.to_chrome_trace(path)
+    xsp.chrome.write(trace, path)
     text, doc = _load(path)
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
     assert doc["displayTimeUnit"] == "ns"
@@ -139,7 +140,7 @@ def test_export_errors(tmp_path):
     with xsp.profile(levels="M") as prof:
         pass
     with pytest.raises(OSError):
-        prof.trace.to_chrome_trace(str(tmp_path / "missing" / "t.json"))
+        xsp.chrome.write(prof.trace, str(tmp_path / "missing" / "t.json"))
     xs = _check_export(prof.trace, str(tmp_path / "ok.json"))
     assert [(e["name"], e["ts"], e["args"]) for e in xs] == [
         ("xsp.profile", Decimal("0.000"), {"id": 0})]

@@ -233,10 +233,10 @@ def test_reports_with_names_that_are_not_utf8(tmp_path):
         {"name": "Net", "kind": "model", "start_ns": 0, "end_ns": 100, "parent": 0},
         {"name": bad, "kind": "module", "start_ns": 10, "end_ns": 90, "parent": 1,
          "attrs": {"type": "Linear"}}], meta={"levels": "ML", "region": "r\udcff"})
-    tr.to_html(str(tmp_path / "r.html"))
+    xsp.report.html(tr, path=str(tmp_path / "r.html"))
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "layer?" in text and "xsp report: r?" in text
-    assert "layer?" in tr.report()
+    assert "layer?" in xsp.report.text(tr)
     assert oct(os.stat(tmp_path / "r.html").st_mode & 0o777) == oct(0o666 & ~_umask())
 
 

@@ -114,7 +114,8 @@ def _run_traced(levels, at):
 @pytest.mark.parametrize("levels", LEVELS)
 def test_keyboard_interrupt_at_every_executed_line(levels):
     """Every line event from making the profile to the end of its __exit__ (xsp's Python, and
-    whatever it calls: the module wrapper's helpers, threading.enumerate at stop), each once."""
+    whatever it calls: torch's, the module wrapper's helpers), each once.  Stop itself runs no
+    Python at levels M and L."""
     total, _, outcome = _run_traced(levels, 0)
     assert outcome == "completed" and total.n > 20
     kept = 0
@@ -126,34 +127,35 @@ def test_keyboard_interrupt_at_every_executed_line(levels):
         if prof is not None and prof.trace is not None:
             kept += 1
             assert "interrupted" in prof.trace.meta, inj.fired
-    # the positions inside the block and inside stop's callout keep a trace
+    # the positions inside the block keep a trace (marked "KeyboardInterrupt in the block")
     assert kept > 0
 
 
 def test_interrupt_during_stop_keeps_the_trace_and_says_so():
-    """A second Ctrl-C during stop (in its one Python callout, which names threads): stop
-    finishes, the trace is stored with meta "interrupted", then the KeyboardInterrupt is
-    raised."""
-    from xsp import profiler
-
-    real = profiler._thread_names
-
+    """A second Ctrl-C during stop, in stop's one Python callout (the device synchronisation
+    of level G, here a session's sync source without a GPU): stop finishes, the trace is stored
+    with meta "interrupted", then the KeyboardInterrupt is raised.  An Exception there becomes
+    meta "sync_error"."""
     def interrupted():
         raise KeyboardInterrupt("second Ctrl-C")
 
-    prof = xsp.profile(levels="ML")
-    profiler_names = prof  # noqa: F841 -- keeps the name in the traceback readable
-    try:
-        profiler._thread_names = interrupted
-        prof = xsp.profile(levels="ML")
-        with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
-            with prof:
-                MODEL(X)
-    finally:
-        profiler._thread_names = real
+    def failing():
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    s = _core.Session()
+    s._setup("M", "r", sync=interrupted)
+    with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
+        with s:
+            pass
     assert _broken() == []
-    assert prof.trace.meta["interrupted"] == "KeyboardInterrupt during stop"
-    assert _spans(prof.trace) == REFERENCE["ML"]
+    meta = s._data.meta()
+    assert meta["interrupted"] == "KeyboardInterrupt during stop" and meta["region"] == "r"
+    s = _core.Session()
+    s._setup("M", "r", sync=failing)
+    with s:
+        pass
+    assert s._data.meta()["sync_error"] == "RuntimeError: CUDA error: an illegal memory access"
+    assert _clean("ML") == REFERENCE["ML"]
 
 
 def test_interrupt_in_the_block_is_marked_and_the_trace_kept():

@@ -363,14 +363,140 @@ def test_empty_trace_columns():
     assert tr.duration_ns.tolist() == [] and tr.roots() == []
 
 
-def test_trace_built_before_add_attrs_stays_consistent(tiny):
-    """add_attrs rewrites attr_off/attr_n in C; a Trace built before keeps its own copies of
-    those and of the attribute columns (stale, but consistent), the new one sees the new."""
-    before = [dict(s.attrs) for s in tiny]
-    new = tiny._with_attrs("x", [0, 3], [7, 8])
-    assert [dict(s.attrs) for s in tiny] == before
-    after = [dict(s.attrs) for s in new]
-    assert after[0] == dict(before[0], x=7) and after[3] == dict(before[3], x=8)
-    assert [a for i, a in enumerate(after) if i not in (0, 3)] == [
-        b for i, b in enumerate(before) if i not in (0, 3)]
-    assert tiny._attr_off.flags.writeable and tiny.start_ns.base is not None
+# -- the public span table ---------------------------------------------------------------------
+
+def test_public_span_table_columns(tiny):
+    from xsp.trace import KINDS, LEVELS
+    rows = _rows(tiny)
+    cols = {"kind_codes": np.uint8, "level_codes": np.uint8, "name_codes": np.uint32,
+            "thread_index": np.uint32, "flag_bits": np.uint32}
+    for name, dtype in cols.items():
+        col = getattr(tiny, name)
+        assert col.dtype == dtype and col.shape == (6,), name
+        assert not col.flags.writeable, name
+        with pytest.raises(ValueError):
+            col[0] = 1
+    assert tiny.kind_codes.tolist() == [KINDS.index(r[3]) for r in rows]
+    assert tiny.level_codes.tolist() == [LEVELS.index(r[2]) for r in rows]
+    assert [tiny.strings[c] for c in tiny.name_codes] == [r[4] for r in rows]
+    assert tiny.thread_index.tolist() == [0] * 6
+    assert tiny.threads[0] == (main_tid(), "MainThread", 0)
+    assert tiny.flag_bits.tolist() == [0] * 6
+    assert [tiny.attrs_of(i) for i in range(6)] == [r[11] for r in rows]
+    a = tiny.attrs_of(1)
+    a["type"] = "changed"                      # a new dict each time
+    assert tiny.attrs_of(1) == {"type": "Outer"} and tiny[1].attrs == {"type": "Outer"}
+    ids, values = tiny.attr_column("type")
+    assert ids.dtype == np.int64 and ids.tolist() == [1, 2] and values == ["Outer", "Add"]
+    ids, values = tiny.attr_column("seq")
+    seq = rows[3][11]["seq"]
+    assert ids.tolist() == [3, 4, 5] and values.dtype == np.int64
+    assert values.tolist() == [seq] * 3
+    ids, values = tiny.attr_column("no such key")
+    assert ids.dtype == np.int64 and ids.tolist() == [] and values.tolist() == []
+
+
+def test_attr_column_types():
+    tr = xsp.Trace.from_spans([
+        dict(name="r", kind="region", start_ns=0, end_ns=10, attrs={"i": 7, "f": 0.5, "m": 1}),
+        dict(name="a", kind="module", start_ns=1, end_ns=5, parent=0, attrs={"s": "x"}),
+        dict(name="b", kind="op", start_ns=2, end_ns=3, parent=1,
+             attrs={"i": -(1 << 63), "f": 2.0, "m": "y", "s": "z"}),
+        dict(name="c", kind="op", start_ns=6, end_ns=7, parent=0, attrs={"m": 2.5})])
+    ids, v = tr.attr_column("i")
+    assert ids.tolist() == [0, 2] and v.dtype == np.int64 and v.tolist() == [7, -(1 << 63)]
+    ids, v = tr.attr_column("f")
+    assert ids.tolist() == [0, 2] and v.dtype == np.float64 and v.tolist() == [0.5, 2.0]
+    assert tr.attr_column("s")[0].tolist() == [1, 2] and tr.attr_column("s")[1] == ["x", "z"]
+    ids, v = tr.attr_column("m")                 # mixed types: a list of Python values
+    assert ids.tolist() == [0, 2, 3] and v == [1, "y", 2.5]
+    assert [type(x) for x in v] == [int, str, float]
+    assert tr.attr_column("r")[0].tolist() == []  # a span name, not an attribute key
+
+
+def test_nearest_ancestor(tiny):
+    from xsp.trace import KINDS
+    mod = np.isin(tiny.kind_codes, (KINDS.index("module"), KINDS.index("model")))
+    assert tiny.nearest_ancestor(mod).tolist() == [-1, 1, 2, 2, 1, 1]
+    assert tiny.nearest_ancestor(mod, include_self=False).tolist() == [-1, -1, 1, 2, 1, 1]
+    none = np.zeros(6, dtype=bool)
+    assert tiny.nearest_ancestor(none).tolist() == [-1] * 6
+    assert tiny.nearest_ancestor(~none, include_self=False).tolist() == [-1, 0, 1, 2, 1, 1]
+    assert tiny.nearest_ancestor(~none).dtype == np.int64
+    with pytest.raises(ValueError, match="one entry per span"):
+        tiny.nearest_ancestor(np.zeros(5, dtype=bool))
+    with pytest.raises(TypeError, match="boolean"):
+        tiny.nearest_ancestor(np.zeros(6, dtype=np.int64))
+    empty = xsp.Trace.from_spans([])
+    assert empty.nearest_ancestor(np.zeros(0, dtype=bool)).tolist() == []
+
+
+def test_walks_over_a_parent_array():
+    """xsp.trace's helpers, which the analyses use on span tables: exact results on a forest
+    against the plain walk, and a cycle refused."""
+    from xsp.trace import ancestor_count, nearest_ancestor, self_time
+    #        0   1  2  3  4   5  6  7  8
+    par = [-1, 0, 1, 2, 1, -1, 5, 6, 3]
+    mask = np.array([0, 1, 0, 1, 0, 0, 0, 1, 0], dtype=bool)
+    assert nearest_ancestor(par, mask).tolist() == [-1, 1, 1, 3, 1, -1, -1, 7, 3]
+    assert nearest_ancestor(par, mask, include_self=False).tolist() == [
+        -1, -1, 1, 1, 1, -1, -1, -1, 3]
+    assert ancestor_count(par).tolist() == [0, 1, 2, 3, 2, 0, 1, 2, 4]
+    assert ancestor_count(par, mask).tolist() == [0, 0, 1, 1, 1, 0, 0, 0, 2]
+    # a deep chain: pointer jumping takes about log2(depth) passes, same answer
+    n = 5000
+    chain = np.arange(-1, n - 1, dtype=np.int64)
+    deep = np.zeros(n, dtype=bool)
+    deep[[0, 1234]] = True
+    assert ancestor_count(chain).tolist() == list(range(n))
+    got = nearest_ancestor(chain, deep)
+    assert got[:1234].tolist() == [0] * 1234 and got[1234:].tolist() == [1234] * (n - 1234)
+    # self time: minus the children on the same track only
+    dur = [100, 60, 10, 5, 20, 50, 30, 8, 1]
+    track = [0, 0, 0, 1, 0, 2, 2, 2, 1]
+    assert self_time(dur, par, track).tolist() == [40, 30, 10, 4, 20, 20, 22, 8, 1]
+    with pytest.raises(ValueError, match="cycle"):
+        nearest_ancestor([1, 0], np.zeros(2, dtype=bool))
+    with pytest.raises(ValueError, match="cycle"):
+        ancestor_count([1, 0])
+    with pytest.raises(ValueError, match="one entry per span"):
+        nearest_ancestor(par, mask[:3])
+
+
+def test_trace_repr_html_is_a_short_summary():
+    spans = [dict(name="xsp.profile", kind="region", start_ns=0, end_ns=2000)]
+    spans += [dict(name="m<%d>&" % i, kind="module", start_ns=10 + 10 * i, end_ns=15 + 10 * i,
+                   parent=0, attrs={"type": "T"}) for i in range(60)]
+    tr = xsp.Trace.from_spans(spans, threads=[(7, "main <thread>", 0)],
+                              counters={"lost.cap": 3, "forced_end": 0})
+    h = tr._repr_html_()
+    assert h.startswith('<div class="xsp-trace">') and h.endswith("</div>")
+    assert "<p><b>xsp.Trace</b>: 61 spans, 1 threads, 2.000 us; lost 3</p>" in h
+    assert ("<tr><td>M (model)</td><td>1</td></tr><tr><td>L (layer)</td><td>60</td></tr>"
+            "<tr><td>G (GPU)</td><td>0</td></tr>") in h
+    assert "<p>threads: main &lt;thread&gt; (7)</p>" in h
+    assert "<p>counters (lost or dropped): lost.cap 3</p>" in h
+    pre = h[h.index("<pre>") + 5:h.index("</pre>")].split("\n")
+    # the first lines of tree() (depth 3, 8 children a span, then the rest in one line)
+    tree = tr.tree(max_depth=3, max_children=8).split("\n")
+    assert pre == [ln.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                   for ln in tree[:10]]
+    assert pre[1] == "├─ m&lt;0&gt;&amp; [module T] 5 ns"
+    assert pre[-1] == "└─ … 52 more (260 ns)"
+    assert "m<0>" not in h
+
+
+def test_trace_repr_html_long_tree_is_cut():
+    spans = [dict(name="r%d" % i, kind="region", start_ns=i, end_ns=i + 1) for i in range(100)]
+    h = xsp.Trace.from_spans(spans)._repr_html_()
+    pre = h[h.index("<pre>") + 5:h.index("</pre>")].split("\n")
+    assert pre == ["r%d [region] 1 ns" % i for i in range(40)] + ["…"]
+    empty = xsp.Trace.from_spans([])._repr_html_()
+    assert "0 spans, 1 threads, 0 ns; lost 0" in empty and "<pre></pre>" in empty
+
+
+def test_trace_has_no_report_or_export_methods():
+    """Reports and exports live one layer up (xsp.report, xsp.chrome), and the TraceData is
+    read-only: the Trace has none of the methods that reached up or changed it."""
+    for name in ("report", "to_html", "to_chrome_trace", "_with_attrs", "_attrs"):
+        assert not hasattr(xsp.Trace, name), name
