@@ -155,13 +155,17 @@ def _run(ns):
             # between starting the profile and the block that stops it
             with prof:
                 status = _run_script(ns)
-        except KeyboardInterrupt:       # a second Ctrl-C, during stop: the trace is kept
+        except KeyboardInterrupt:       # in the script or during stop: the trace is kept
             sys.stderr.write("KeyboardInterrupt\n")
             status = 130
         except xsp.ProfilerError as exc:
-            if prof.trace is None:
+            if prof.trace is None:      # start failed, or stop lost the trace
                 raise _Fail(str(exc)) from None
-            raise
+            _print_script_error(exc)    # the script's own ProfilerError
+            status = 1
+        except Exception as exc:        # noqa: BLE001 -- the script's failure, reported
+            _print_script_error(exc)
+            status = 1
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
@@ -185,7 +189,9 @@ def _run(ns):
 
 
 def _run_script(ns):
-    """Runs the script or module as __main__; returns its exit status (130 after Ctrl-C)."""
+    """Runs the script or module as __main__; returns its exit status (sys.exit's).  Any other
+    exception, KeyboardInterrupt included, leaves through the profile's with block, so that the
+    trace says how the script ended (meta "interrupted" or "exception")."""
     try:
         if ns.module:
             runpy.run_module(ns.target, run_name="__main__", alter_sys=True)
@@ -196,12 +202,6 @@ def _run_script(ns):
         if not isinstance(code, int) and code is not None:
             sys.stderr.write("%s\n" % code)
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except KeyboardInterrupt:
-        sys.stderr.write("KeyboardInterrupt\n")
-        return 130
-    except BaseException as exc:   # noqa: BLE001 -- the script's failure, reported
-        _print_script_error(exc)
-        return 1
     return 0
 
 

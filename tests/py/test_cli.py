@@ -219,9 +219,12 @@ def test_run_module_directory_changes_interrupts(tmp_path, capsys, monkeypatch):
     assert err.splitlines()[1].endswith('chd.py", line 4, in <module>')   # script frames only
     assert err.endswith("ValueError: bad\n")
     assert (tmp_path / "chd.xsp").exists() and not (tmp_path / "sub" / "chd.xsp").exists()
+    assert xsp.load(str(tmp_path / "chd.xsp")).meta["exception"] == "ValueError"
     (tmp_path / "intr.py").write_text("raise KeyboardInterrupt\n")
     assert cli.main(["run", "-q", "intr.py"]) == 130
     assert capsys.readouterr().err == "KeyboardInterrupt\n"
+    meta = xsp.load(str(tmp_path / "intr.xsp")).meta      # the trace says how the script ended
+    assert meta["interrupted"] == "KeyboardInterrupt in the block"
     assert cli.main(["report", "intr.xsp", "-o", "r.html", "--top", "0"]) == 1
     assert capsys.readouterr().err == "xsp: error: --top must be at least 1\n"
 
