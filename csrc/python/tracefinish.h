@@ -1,0 +1,37 @@
+/*
+ * tracefinish.h: finishing a session's trace from Python objects (sessionmod.c's stop): thread
+ * names, the record_shapes / profile_memory side table, extra meta.  Each takes the trace
+ * before it is wrapped as a TraceData (after that it never changes), runs no Python code,
+ * and clears any exception it meets: a failure loses that detail, never the trace.
+ */
+#ifndef XSP_TRACEFINISH_H
+#define XSP_TRACEFINISH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../core/trace.h"
+
+/* Names the CPU tracks of t from a dict {native tid (int): name (str)}; other entries and a
+ * non-dict are skipped.  Cannot fail visibly. */
+void xsp_py_name_threads(xsp_trace *t, PyObject *names);
+
+/* Names the CPU tracks of t after the Python threads in threading._active ({ident: Thread}),
+ * read directly (each Thread's _native_id and _name), so that no Python code runs:
+ * threading.enumerate() would, and an exception a trace function raises at the exit line of
+ * its `with` leaves threading's lock held.  Cannot fail visibly. */
+void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads);
+
+/* The side table of the Python module wrapper, {native tid: [[shapes|None, mem0, delta|None],
+ * ...]}: per thread, the k-th record belongs to the k-th model or module span of that thread
+ * in start order; shapes become attribute "shapes", delta "mem_bytes".  A thread whose counts
+ * differ (spans lost to the memory cap) gets none, and their number goes into meta
+ * "attrs_unmatched".  Returns 0, or -1 on allocation failure (t keeps its spans; no exception
+ * set). */
+int xsp_py_attach_side(xsp_trace *t, PyObject *side);
+
+/* Meta from a dict {str: int|float|str}; entries of another type are skipped.  Cannot fail
+ * visibly. */
+void xsp_py_meta_from(xsp_trace *t, PyObject *meta);
+
+#endif
