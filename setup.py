@@ -3,7 +3,7 @@
 xsp._core   C11: the span core (csrc/core), the trace file (csrc/io), the GPU source
             (csrc/gpu, when CUPTI's headers are found) and the CPython binding (csrc/python).
             Needs msgpack-c, found through pkg-config.
-xsp._bench  C++20, dev builds only (XSP_DEV=1): the benchmarks' floor callbacks and C++ loop
+xsp._bench  C++20, dev builds only (XSP_DEV=1 or XSP_BENCH=1): the benchmarks' floor callbacks and C++ loop
             (benchmarks/csrc); not part of the production library.
 xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
             against the torch installed in the build environment, so install with
@@ -14,6 +14,7 @@ Environment:
   XSP_DEV=1            warnings are errors, -O2 -g (the dev and test builds: optimised as
                        a release, so benchmarks of a dev install measure the real code)
   XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
+  XSP_BENCH=1          also build xsp._bench without XSP_DEV (the device check)
   XSP_NO_CUPTI=1       build without level G even where CUPTI's headers exist
   XSP_MSGPACK_CFLAGS, XSP_MSGPACK_LIBS
                        msgpack-c's flags where pkg-config is missing
@@ -176,8 +177,9 @@ class BuildExt(build_ext):
 t = torch_extension()
 if t is not None:
     exts.append(t("xsp._torch", rel("csrc/torch/shim.cpp") + rel("csrc/python/torchmod.c")))
-    if DEV:
-        # the benchmarks' floor callbacks and C++ loop: dev builds only, never in a release
+    if DEV or os.environ.get("XSP_BENCH") == "1":
+        # the benchmarks' floor callbacks and C++ loop: dev (or XSP_BENCH) builds only, never
+        # in a release
         exts.append(t("xsp._bench", rel("benchmarks/csrc/bench_torch.cpp")))
 
 setup(ext_modules=exts, cmdclass={"build_ext": BuildExt})

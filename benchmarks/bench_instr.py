@@ -72,7 +72,7 @@ def child(variant, n, e2e):
     import torch
 
     import xsp
-    from xsp import _bench
+    _bench = common.bench_helpers()
     torch.set_num_threads(1)
     a, b = torch.ones(8), torch.ones(8)
     for _ in range(200):

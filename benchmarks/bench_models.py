@@ -17,7 +17,9 @@ import common
 import torch
 
 import xsp
-from xsp import _bench, models
+from xsp import models
+
+_bench = common.bench_helpers()
 
 
 def main(argv=None):

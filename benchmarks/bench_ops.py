@@ -43,7 +43,8 @@ import common
 import torch
 
 import xsp
-from xsp import _bench
+
+_bench = common.bench_helpers()
 
 
 def measure(args, cpp):

@@ -132,3 +132,14 @@ def gpu_refusal(torch, prog):
     if why is None:
         return None
     return "%s: --device cuda needs level G, unavailable here: %s" % (prog, why)
+
+
+def bench_helpers():
+    """xsp._bench (the floor callbacks, the C++ loop of at::add), which only dev builds have;
+    exits with a clear message otherwise."""
+    try:
+        from xsp import _bench
+    except ImportError as exc:
+        sys.exit("the benchmarks need xsp._bench, which only dev builds have (%s): install xsp "
+                 "with XSP_DEV=1 or XSP_BENCH=1 (make setup does)" % exc)
+    return _bench

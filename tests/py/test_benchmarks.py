@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import xsp  # noqa: E402
-from xsp import _bench  # noqa: E402
+_bench = pytest.importorskip(
+    "xsp._bench", reason="a release build: xsp._bench comes with XSP_DEV=1 or XSP_BENCH=1")
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))), "benchmarks")
@@ -154,3 +155,11 @@ def test_bench_session_prints_every_variant(capsys):
     row = re.compile(r"^(xsp M|xsp L|xsp ML|torch\.profiler)\s+([\d.]+ ±[\d.]+\s+){3}([\d.]+)$")
     assert [m.group(1) for m in map(row.match, out) if m] == [
         "xsp M", "xsp L", "xsp ML", "torch.profiler"]
+
+
+def test_the_production_shim_has_no_benchmark_code():
+    """The floor callbacks and the C++ loop live in xsp._bench (dev builds), not in the torch
+    shim every user loads."""
+    import xsp._torch
+    assert [n for n in dir(xsp._torch) if not n.startswith("__")] == [
+        "_C_API", "attach", "attached", "detach", "torch_version"]
