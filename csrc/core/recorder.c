@@ -43,6 +43,7 @@ typedef struct rec_session {
     uint64_t gen;                /* generation while active (odd) */
     uint64_t cap;                /* max_bytes */
     int adopt_roots;             /* config.adopt_roots */
+    int own_hooks;               /* 1: start installed config.hooks, stop removes them */
     uint64_t start_ticks;        /* clock at start */
     int fake;                    /* the fake clock was on at start: readings are ns */
     char *pool;                  /* pool_n chunks reserved at start; owned */
@@ -704,6 +705,9 @@ int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen)
     }
     g_sess.cap = cap;
     g_sess.adopt_roots = cfg ? cfg->adopt_roots : 0;
+    g_sess.own_hooks = cfg && cfg->hooks;
+    if (g_sess.own_hooks)
+        g_hooks = *cfg->hooks;
     g_sess.pool = mem;
     g_sess.pool_n = pool_n;
     atomic_store(&g_sess.pool_next, 0);
@@ -815,6 +819,9 @@ int xsp_rec_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, si
         if (tb->gen == gen)
             tbuf_release(tb);
     free(bufs);
+    if (g_sess.own_hooks)        /* after the replay, which still pops through them */
+        g_hooks = (xsp_span_hooks){NULL, NULL};
+    g_sess.own_hooks = 0;
     g_sess.pool = NULL;          /* stays allocated in g_pool for the next session */
     g_sess.pool_n = 0;
     reap_dead();

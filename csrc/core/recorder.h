@@ -39,6 +39,9 @@ typedef struct xsp_config {
     uint64_t max_bytes;   /* cap on recording memory (records + names); 0 = default 1 GiB */
     uint64_t pool_bytes;  /* record memory reserved at start, 0 = default min(4 MiB, cap) */
     int      adopt_roots; /* 1: roots on other threads become children of the region span */
+    const struct xsp_span_hooks *hooks;  /* installed by start under the session lock (so no
+                                          * other start can race it) and removed by stop; NULL:
+                                          * those of xsp_rec_set_hooks stay as they are */
 } xsp_config;
 
 /* Starts a session.  Returns 0, or -1 with a message in err when a session is already active

@@ -27,7 +27,6 @@ struct xsp_session {
     uint32_t n_src;                               /* sources added */
     uint32_t n_started;                           /* src[0..n_started) are started */
     uint32_t steps;                               /* step() calls */
-    int hooks;                                    /* 1: the span hooks are installed */
     int state;                                    /* enum xsp_session_state */
 };
 
@@ -72,7 +71,8 @@ int xsp_session_add_source(xsp_session *s, const xsp_source *src, char *err, siz
             src->release(src->ctx);
         return -1;
     }
-    s->src[s->n_src++] = *src;
+    s->src[s->n_src] = *src;
+    s->src[s->n_src++].early = src->early != 0;
     return 0;
 }
 
@@ -121,12 +121,14 @@ static int start_phase(xsp_session *s, int e, char *err, size_t errlen)
     return 0;
 }
 
-/* Stops the started sources with early == e, in reverse order. */
-static void stop_phase(xsp_session *s, int e)
+/* Stops the started sources with early == e, in reverse order.  undo: a start is being undone,
+ * and a source without a start function has nothing to undo (the device synchronisation, say,
+ * whose stop is for a real stop only). */
+static void stop_phase(xsp_session *s, int e, int undo)
 {
     for (uint32_t i = s->n_started; i-- > 0;) {
         xsp_source *src = &s->src[i];
-        if (src->early != e)
+        if (src->early != e || (undo && !src->start))
             continue;
         s->errs[i][0] = '\0';
         if (src->stop)
@@ -161,17 +163,10 @@ int xsp_session_start(xsp_session *s, char *err, size_t errlen)
         return -1;
     }
     order_sources(s);
-    const xsp_span_hooks *hooks = hooks_of(s);
-    if (hooks && xsp_rec_set_hooks(hooks) != 0) {
-        snprintf(err, errlen, "a recording session is already active");
-        s->state = XSP_SESSION_FAILED;
-        return -1;
-    }
-    s->hooks = hooks != NULL;
-    if (xsp_rec_start(&s->core, err, errlen) != 0) {
-        if (s->hooks)
-            xsp_rec_set_hooks(NULL);
-        s->hooks = 0;
+    /* the hooks go in with the core's start, under its lock, and out with its stop */
+    xsp_config core = s->core;
+    core.hooks = hooks_of(s);
+    if (xsp_rec_start(&core, err, errlen) != 0) {
         s->state = XSP_SESSION_FAILED;
         return -1;
     }
@@ -180,23 +175,23 @@ int xsp_session_start(xsp_session *s, char *err, size_t errlen)
     if (s->region)
         xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_REGION, s->region, strlen(s->region), NULL, 0,
                       REGION_KEY, -1, 0);
-    if (start_phase(s, 0, err, errlen) != 0)
+    if (start_phase(s, 0, err, errlen) != 0) {
+        if (s->region)   /* ended, so that its hook push is popped; the trace is discarded */
+            xsp_rec_end(REGION_KEY, XSP_FLAG_ELIDE);
         goto unwind;
+    }
     if (s->region)
         xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_STEP, "step#0", 6, NULL, 0, STEP_KEY(0), -1, 0);
     s->state = XSP_SESSION_RECORDING;
     return 0;
 unwind:
-    stop_phase(s, 0);
-    stop_phase(s, 1);
+    stop_phase(s, 0, 1);
+    stop_phase(s, 1, 1);
     s->n_started = 0;
     xsp_trace *t = NULL;
     char ignored[64];
-    xsp_rec_stop(&t, ignored, sizeof ignored);
+    xsp_rec_stop(&t, ignored, sizeof ignored);   /* removes the hooks */
     xsp_trace_free(t);
-    if (s->hooks)
-        xsp_rec_set_hooks(NULL);
-    s->hooks = 0;
     s->state = XSP_SESSION_FAILED;
     return -1;
 }
@@ -218,12 +213,14 @@ void xsp_session_detach(xsp_session *s)
 {
     if (s->state != XSP_SESSION_RECORDING)
         return;
+    /* DETACHED first: a source's stop may run code that calls back (a signal handler that
+     * stops or steps the profile), and that must find the session stopping, not recording */
+    s->state = XSP_SESSION_DETACHED;
     if (s->region)
         xsp_rec_end(STEP_KEY(s->steps), s->steps == 0 ? XSP_FLAG_ELIDE : XSP_FLAG_ELIDE_IF_EMPTY);
-    stop_phase(s, 0);
+    stop_phase(s, 0, 0);
     if (s->region)
         xsp_rec_end(REGION_KEY, 0);
-    s->state = XSP_SESSION_DETACHED;
 }
 
 /* xsp_merge_extra's fn over every source that merges, in order. */
@@ -269,16 +266,13 @@ int xsp_session_finish(xsp_session *s, xsp_trace **out, char *err, size_t errlen
                                                             : "this session is not recording");
         return -1;
     }
-    stop_phase(s, 1);
+    stop_phase(s, 1, 0);
     int merges = 0;
     for (uint32_t i = 0; i < s->n_started; i++)
         merges |= s->src[i].merge != NULL;
     xsp_merge_extra extra = {merge_all, s};
     xsp_trace *t = NULL;
-    int rc = xsp_rec_stop_ex(&t, merges ? &extra : NULL, err, errlen);
-    if (s->hooks)
-        xsp_rec_set_hooks(NULL);
-    s->hooks = 0;
+    int rc = xsp_rec_stop_ex(&t, merges ? &extra : NULL, err, errlen);   /* hooks removed */
     s->state = XSP_SESSION_DONE;
     if (rc == 0 && set_meta(s, t) != 0) {
         xsp_trace_free(t);
@@ -310,7 +304,6 @@ uint32_t xsp_session_steps(const xsp_session *s)
 void xsp_session_forget(xsp_session *s)
 {
     s->n_started = 0;
-    s->hooks = 0;
     if (s->state == XSP_SESSION_RECORDING || s->state == XSP_SESSION_DETACHED)
         s->state = XSP_SESSION_DONE;
 }

@@ -11,7 +11,9 @@
  * Start and stop are one call each and all or nothing.  Start: the span hooks (at most one
  * source has them), the core, the early sources (in order), the region span, the late sources
  * (in order), the first step span; when anything fails, everything done so far is undone in
- * reverse and the session is left FAILED with nothing installed.  Stop: the step span ends, the
+ * reverse (the stop of each started source that has a start function; the hooks go in and out
+ * with the core's start and stop, under its lock) and the session is left FAILED with nothing
+ * installed.  Stop: the step span ends, the
  * late sources stop (in reverse), the region ends, the early sources stop (in reverse), the core
  * stops and merges (each source's merge joins its records to the CPU spans), the hooks go, and
  * the meta every trace carries is set (levels, region, steps, and each source's error, as
@@ -46,7 +48,7 @@
 /* A recorder the session starts and stops.  Every function gets ctx. */
 typedef struct xsp_source {
     const char *name;                 /* short, in messages and meta keys: "gpu", "torch" */
-    int early;                        /* 1: started before the region, stopped after it */
+    int early;                        /* nonzero: started before the region, stopped after it */
     const xsp_span_hooks *hooks;      /* installed before the core starts, or NULL; at most
                                        * one source of a session has them */
     /* Starts recording.  0, or -1 with a one-line message in err; on failure the source has
@@ -104,7 +106,8 @@ int xsp_session_start(xsp_session *s, char *err, size_t errlen);
  * is not RECORDING or has no M spans (nothing changed).  Cannot fail otherwise. */
 int xsp_session_step(xsp_session *s);
 
-/* Stop's first half: ends the step span (elided when no step() was called, kept when steps were
+/* Stop's first half: the state becomes DETACHED (so a stop or step called back from a source's
+ * stop is refused), ends the step span (elided when no step() was called, kept when steps were
  * marked only if something was recorded in it), stops the late sources in reverse, ends the
  * region.  From RECORDING (else does nothing).  Cannot fail. */
 void xsp_session_detach(xsp_session *s);

@@ -19,8 +19,9 @@ int xsp_modulecall_is(PyObject *o);
 
 /* For the session (o must be a ModuleCall; none of these fails or runs Python code):
  * set_on turns recording on (1) or makes the wrapper a plain forwarder (0); set_orig makes it
- * wrap orig (a new reference is taken, the old one released: the caller keeps another reference
- * to the old one, so no finaliser runs); errors is the failures counted in its bookkeeping. */
+ * wrap orig (a new reference is taken and the old one released: the old one is a __call__ that
+ * was the class attribute when the profile was made, which may be freed here; functions run no
+ * finaliser); errors is the failures counted in its bookkeeping. */
 void xsp_modulecall_set_on(PyObject *o, int on);
 void xsp_modulecall_set_orig(PyObject *o, PyObject *orig);
 long long xsp_modulecall_errors(PyObject *o);

@@ -77,6 +77,7 @@ typedef struct {
     uint64_t gpu_max;           /* GPU store cap */
     int gpu, gpu_share, gpu_fallback;   /* G asked for; share CUPTI; fall back to M/L */
     int forked;                 /* set in a forked child: inert */
+    int set_up;                 /* _setup has run */
     pid_t pid;                  /* process that started the session */
     unsigned long thread;       /* thread that started it (PyThread ident) */
 } SessionObject;
@@ -235,9 +236,11 @@ static int torch_start(void *ctx, char *err, size_t errlen)
 
 static void torch_stop(void *ctx, char *err, size_t errlen)
 {
-    (void)err;
-    (void)errlen;
-    torch_api(ctx)->detach();
+    const xsp_torch_api *api = torch_api(ctx);
+    api->detach();
+    if (api->attached())    /* torch threw inside removeCallback: say so, in meta torch_error */
+        snprintf(err, errlen, "the RecordFunction callback could not be removed; later L "
+                 "profiles in this process will be refused");
 }
 
 static void sync_stop(void *ctx, char *err, size_t errlen)
@@ -260,12 +263,12 @@ static void sync_stop(void *ctx, char *err, size_t errlen)
 
 /* A new core session with this profile's sources (gpu: with the GPU one).  NULL with an
  * exception set. */
-static xsp_session *make_session(SessionObject *self, int gpu)
+static xsp_session *make_session(SessionObject *self, int gpu, const char *levels)
 {
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return NULL;
-    xsp_session *s = xsp_session_new(&self->core, self->region, self->levels);
+    xsp_session *s = xsp_session_new(&self->core, self->region, levels);
     if (!s) {
         PyErr_NoMemory();
         return NULL;
@@ -281,7 +284,8 @@ static xsp_session *make_session(SessionObject *self, int gpu)
         if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
             goto fail;
     }
-    if (self->sync) {
+    if (self->sync && (gpu || !self->gpu)) {   /* a G session that fell back to M and L
+                                                 * does without the device synchronisation */
         xsp_source src = {.name = "sync", .stop = sync_stop, .ctx = self};
         if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
             goto fail;
@@ -332,10 +336,11 @@ static int session_start(SessionObject *self)
     Py_INCREF(self);
     pthread_mutex_unlock(&g_lock);
 
-    char err[1024];
+    char err[1024], levels[sizeof self->levels];
+    memcpy(levels, self->levels, sizeof levels);
     int gpu = self->gpu;
     for (;;) {
-        self->sess = make_session(self, gpu);
+        self->sess = make_session(self, gpu, levels);
         if (!self->sess)
             goto fail;
         if (xsp_session_start(self->sess, err, sizeof err) == 0)
@@ -355,18 +360,24 @@ static int session_start(SessionObject *self)
             goto fail;
         }
         /* fall back: nothing runs now, so a warning that raises leaves nothing behind */
-        char *g = strchr(self->levels, 'G');
+        char *g = strchr(levels, 'G');
         if (g)
             memmove(g, g + 1, strlen(g));
         if (PyErr_WarnFormat(st->warning, 1, "level G cannot be recorded: %s; recording levels "
-                             "%s only (gpu_fallback=True)", err + 5, self->levels) < 0)
+                             "%s only (gpu_fallback=True)", err + 5, levels) < 0)
             goto fail;
         gpu = 0;
     }
+    memcpy(self->levels, levels, sizeof levels);   /* what is recorded, once it records */
     self->pid = getpid();
     self->thread = PyThread_get_thread_ident();
     return 0;
 fail:
+    if (self->pending) {    /* no callout runs at start; should one ever, its interrupt wins */
+        PyErr_Clear();
+        give_exc(self->pending);
+        self->pending = NULL;
+    }
     pthread_mutex_lock(&g_lock);
     if (g_active == self)
         g_active = NULL;
@@ -384,11 +395,12 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
     if (self->module_type) {
         long long errors = xsp_modulecall_is(self->wrapper)
                                ? xsp_modulecall_errors(self->wrapper) : 0;
-        PyObject *e = self->hook_owner ? PyObject_GetAttrString(self->hook_owner, "_errors")
-                                       : NULL;
+        /* the instance dict itself: an attribute lookup could run a property's Python */
+        PyObject *d = self->hook_owner ? PyObject_GenericGetDict(self->hook_owner, NULL) : NULL;
+        PyObject *e = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_errors") : NULL;
         if (e && PyLong_Check(e))
             errors += PyLong_AsLongLong(e);
-        Py_XDECREF(e);
+        Py_XDECREF(d);
         PyErr_Clear();
         xsp_trace_set_meta_int(t, "hook_errors", errors);
     }
@@ -413,19 +425,41 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
 
 /* -- stop ---------------------------------------------------------------------------------- */
 
-/* In a forked child: one warning per process (errors from it are dropped: the child's exit
- * status stays its own), then nothing. */
+/* In a forked child, the inherited profile goes inert: Module.__call__ back, the torch callback
+ * detached, the core session forgotten (the core's own at-fork handler dropped its recording),
+ * and no longer the active one.  Cannot fail. */
+static void go_inert(SessionObject *self)
+{
+    self->forked = 1;
+    if (self->module_type && unwrap(self) < 0)
+        PyErr_Clear();
+    if (self->torch)
+        torch_api(self)->detach();
+    if (self->sess)
+        xsp_session_forget(self->sess);
+    if (g_active == self) {
+        g_active = NULL;
+        Py_DECREF(self);    /* the claim's reference; the caller holds another */
+    }
+}
+
+/* In a forked child: the profile goes inert if the at-fork handler did not run (a C-level
+ * fork), then one warning per process (errors from it are dropped: the child's exit status
+ * stays its own). */
 static void warn_forked(SessionObject *self)
 {
-    xsp_core_state *st = state_of((PyObject *)self);
-    if (g_fork_warned || !st)
-        return;
-    g_fork_warned = 1;
     PyObject *exc = take_exc();
-    if (PyErr_WarnFormat(st->warning, 1, "this process is a fork of the one that started this "
-                         "xsp.profile (pid %d): the child records nothing, and its copy of the "
-                         "profile has no trace", (int)self->pid) < 0)
-        PyErr_Clear();
+    if (!self->forked)
+        go_inert(self);
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!g_fork_warned && st) {
+        g_fork_warned = 1;
+        if (PyErr_WarnFormat(st->warning, 1, "this process is a fork of the one that started "
+                             "this xsp.profile (pid %d): the child records nothing, and its "
+                             "copy of the profile has no trace", (int)self->pid) < 0)
+            PyErr_Clear();
+    }
+    PyErr_Clear();
     if (exc)
         give_exc(exc);
 }
@@ -438,6 +472,24 @@ static int is_forked(SessionObject *self)
     return self->forked
            || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_RECORDING
                && self->pid != getpid());
+}
+
+/* The trace is lost (why): TraceLostError, or, when an interrupt arrived during stop, that
+ * interrupt with a note saying so.  Returns -1 with the exception set. */
+static int lost(SessionObject *self, xsp_core_state *st, const char *why)
+{
+    if (!self->pending) {
+        PyErr_Format(st->lost_error, "xsp: the trace was lost: %s", why);
+        return -1;
+    }
+    PyObject *note = PyUnicode_FromFormat("xsp: the trace was lost: %s", why);
+    PyObject *r = note ? PyObject_CallMethod(self->pending, "add_note", "O", note) : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(note);
+    PyErr_Clear();
+    give_exc(self->pending);
+    self->pending = NULL;
+    return -1;
 }
 
 /* Stops the session and stores the finished trace in self->data.  block_exc: the exception
@@ -471,29 +523,13 @@ static int session_stop(SessionObject *self, PyObject *block_exc)
         g_active = NULL;
     pthread_mutex_unlock(&g_lock);
     Py_XDECREF(was);
-    if (rc != 0) {
-        if (self->pending) {
-            PyObject *note = PyUnicode_FromFormat("xsp: the trace was lost: %s", err);
-            PyObject *r = note ? PyObject_CallMethod(self->pending, "add_note", "O", note) : NULL;
-            Py_XDECREF(r);
-            Py_XDECREF(note);
-            PyErr_Clear();
-            give_exc(self->pending);
-            self->pending = NULL;
-        } else {
-            PyErr_Format(st->lost_error, "xsp: the trace was lost: %s", err);
-        }
-        return -1;
-    }
+    if (rc != 0)
+        return lost(self, st, err);
     decorate(self, t, block_exc);
     self->data = xsp_tracedata_wrap(st->tracedata_type, t);
     if (!self->data) {
-        absorb(self, NULL, 0);
-        PyErr_Format(st->lost_error, "xsp: the trace was lost: out of memory");
-        if (self->pending) {
-            Py_CLEAR(self->pending);
-        }
-        return -1;
+        PyErr_Clear();
+        return lost(self, st, "out of memory");
     }
     if (self->pending) {
         give_exc(self->pending);
@@ -536,12 +572,12 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return NULL;
-    if (self->sess || self->data || self->module_type || self->region) {
+    if (self->set_up) {
         PyErr_SetString(st->state_error, "_setup: this session is set up already");
         return NULL;
     }
     if (strlen(levels) >= sizeof self->levels)
-        return PyErr_Format(PyExc_ValueError, "_setup: levels %R is too long", PyTuple_GET_ITEM(args, 0));
+        return PyErr_Format(PyExc_ValueError, "_setup: levels %s is too long", levels);
     if ((module_type == Py_None) != (wrapper == Py_None)
         || (module_type != Py_None && !PyType_Check(module_type)))
         return PyErr_Format(PyExc_TypeError, "_setup: module_type (a class) and wrapper go "
@@ -565,6 +601,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     self->gpu_max = gpu_max;
     self->gpu_share = share;
     self->gpu_fallback = fallback;
+    self->set_up = 1;
 #define KEEP(field, o) self->field = (o) == Py_None ? NULL : Py_NewRef(o)
     KEEP(module_type, module_type);
     KEEP(wrapper, wrapper);
@@ -594,8 +631,9 @@ static PyObject *sess_exit(SessionObject *self, PyObject *const *args, Py_ssize_
         warn_forked(self);
         Py_RETURN_FALSE;
     }
-    if (self->data && (!self->sess || xsp_session_state(self->sess) == XSP_SESSION_DONE))
-        Py_RETURN_FALSE;    /* stopped already (stop() inside the block) */
+    if (self->data || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_DONE))
+        Py_RETURN_FALSE;    /* stopped already (stop() inside the block: its error, if it lost
+                             * the trace, was raised there) */
     if (session_stop(self, nargs >= 2 ? args[1] : NULL) < 0)
         return NULL;
     Py_RETURN_FALSE;
@@ -741,18 +779,8 @@ PyObject *xsp_py_active_session(void)
 PyObject *xsp_py_after_fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);   /* the parent may have held it while forking */
-    SessionObject *self = g_active;
-    g_active = NULL;
-    if (!self)
-        Py_RETURN_NONE;
-    self->forked = 1;
-    if (self->module_type && unwrap(self) < 0)
-        PyErr_Clear();
-    if (self->torch)
-        torch_api(self)->detach();
-    if (self->sess)
-        xsp_session_forget(self->sess);
-    Py_DECREF(self);
+    if (g_active)
+        go_inert(g_active);
     Py_RETURN_NONE;
 }
 
@@ -772,7 +800,7 @@ static PyMethodDef sess_methods[] = {
 static PyGetSetDef sess_getset[] = {
     {"_data", (getter)sess_get_data, NULL, "the finished TraceData, or None", NULL},
     {"_state", (getter)sess_get_state, NULL,
-     "'new', 'recording', 'done', 'failed' or 'forked'", NULL},
+     "'new' (also after a failed start), 'recording', 'stopping', 'done' or 'forked'", NULL},
     {"_levels", (getter)sess_get_levels, NULL, "the levels recorded (G dropped by a fallback)",
      NULL},
     {"_steps", (getter)sess_get_steps, NULL, "step() calls so far", NULL},

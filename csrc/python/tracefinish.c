@@ -166,13 +166,17 @@ void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads)
     Py_ssize_t pos = 0;
     PyObject *k, *th;
     while (names && PyDict_Next(threads, &pos, &k, &th)) {
-        PyObject *tid = PyObject_GetAttrString(th, "_native_id");
-        PyObject *name = tid ? PyObject_GetAttrString(th, "_name") : NULL;
+        Py_INCREF(th);
+        /* the instance dict itself, not attribute lookups (a Thread subclass's property or
+         * __getattr__ would run Python) */
+        PyObject *d = PyObject_GenericGetDict(th, NULL);
+        PyObject *tid = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_native_id") : NULL;
+        PyObject *name = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
         if (tid && name && PyLong_Check(tid) && PyUnicode_Check(name)
             && PyDict_SetItem(names, tid, name) < 0)
             PyErr_Clear();
-        Py_XDECREF(tid);
-        Py_XDECREF(name);
+        Py_XDECREF(d);
+        Py_DECREF(th);
         PyErr_Clear();
     }
     if (names)

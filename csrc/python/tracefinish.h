@@ -17,7 +17,8 @@
 void xsp_py_name_threads(xsp_trace *t, PyObject *names);
 
 /* Names the CPU tracks of t after the Python threads in threading._active ({ident: Thread}),
- * read directly (each Thread's _native_id and _name), so that no Python code runs:
+ * read directly (_native_id and _name from each Thread's instance dict), so that no Python
+ * code runs:
  * threading.enumerate() would, and an exception a trace function raises at the exit line of
  * its `with` leaves threading's lock held.  Cannot fail visibly. */
 void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads);

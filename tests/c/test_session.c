@@ -96,7 +96,8 @@ static int64_t meta_int(const xsp_trace *t, const char *key)
     return -999;
 }
 
-/* a (early, hooks, merge), b (late), c (late, a message at stop) */
+/* a (early, hooks, merge), b (late), d (late, a stop but no start: like the device
+ * synchronisation), c (late, a message at stop) */
 static xsp_session *make(const char *region)
 {
     xsp_session *s = xsp_session_new(&(xsp_config){.adopt_roots = 1}, region, "ML");
@@ -107,7 +108,9 @@ static xsp_session *make(const char *region)
                     .stop = src_stop, .merge = src_merge, .release = src_release, .ctx = "a"};
     xsp_source c = {.name = "c", .start = src_start, .stop = src_stop, .release = src_release,
                     .ctx = "c"};
+    xsp_source d = {.name = "d", .stop = src_stop, .ctx = "d"};
     CHECK(s && xsp_session_add_source(s, &b, err, sizeof err) == 0);
+    CHECK(xsp_session_add_source(s, &d, err, sizeof err) == 0);
     CHECK(xsp_session_add_source(s, &a, err, sizeof err) == 0);
     CHECK(xsp_session_add_source(s, &c, err, sizeof err) == 0);
     return s;
@@ -141,7 +144,7 @@ static void test_order_spans_and_meta(void)
     xsp_trace *t = NULL;
     CHECK(xsp_session_stop(s, &t, err, sizeof err) == 0);       /* #1 ends 1070, empty:
                                                                  * elided; region ends 1080 */
-    CHECK(strcmp(g_log, "stop:c stop:b stop:a ") == 0);
+    CHECK(strcmp(g_log, "stop:c stop:d stop:b stop:a ") == 0);
     CHECK_EQ_U(xsp_session_state(s), XSP_SESSION_DONE);
     CHECK(xsp_rec_active() == 0);
     CHECK(xsp_rec_set_hooks(NULL) == 0);                         /* removed by the stop */
@@ -178,6 +181,7 @@ static void test_order_spans_and_meta(void)
 
 static void test_failing_source_unwinds_everything(void)
 {
+    char err_unused[128];
     for (int fail = 0; fail < 3; fail++) {
         reset();
         g_fail_start = fail;    /* 'a' (early), 'b', 'c' (late) */
@@ -190,18 +194,33 @@ static void test_failing_source_unwinds_everything(void)
         CHECK_EQ_U(xsp_session_state(s), XSP_SESSION_FAILED);
         CHECK(xsp_rec_active() == 0);
         CHECK(xsp_rec_set_hooks(NULL) == 0);                     /* hooks gone */
+        /* d has no start: nothing of it to undo, its stop is not called */
         static const char *logs[] = {
             "start:a ",
             "start:a start:b stop:a ",
             "start:a start:b start:c stop:b stop:a ",
         };
         CHECK(strcmp(g_log, logs[fail]) == 0);
+        CHECK_EQ_U(g_pushes, g_pops);   /* the region begun before a late source failed ended */
+        CHECK_EQ_U(g_pushes, fail ? 1 : 0);
         CHECK_EQ_U(g_merged, 0);
         xsp_trace *t = NULL;
         CHECK(xsp_session_stop(s, &t, err, sizeof err) == -1 && t == NULL);
         xsp_session_free(s);
         CHECK_EQ_U(g_released, 3);
     }
+    /* early is a flag: any nonzero value means early, in order and in the phases alike */
+    reset();
+    xsp_session *e = xsp_session_new(NULL, "r", "G");
+    xsp_source two = {.name = "e2", .early = 2, .start = src_start, .stop = src_stop,
+                      .ctx = "e"};
+    CHECK(xsp_session_add_source(e, &two, err_unused, sizeof err_unused) == 0);
+    CHECK(xsp_session_start(e, err_unused, sizeof err_unused) == 0);
+    xsp_trace *te = NULL;
+    CHECK(xsp_session_stop(e, &te, err_unused, sizeof err_unused) == 0);
+    CHECK(strcmp(g_log, "start:e stop:e ") == 0);
+    xsp_trace_free(te);
+    xsp_session_free(e);
     /* and the next session records normally */
     reset();
     xsp_session *s = make(NULL);
@@ -229,13 +248,13 @@ static void test_one_session_at_a_time_and_halves(void)
     CHECK(xsp_session_add_source(s, &late, err, sizeof err) == -1);   /* only while NEW */
     g_log[0] = '\0';
     xsp_session_detach(s);                                       /* late sources, region */
-    CHECK(strcmp(g_log, "stop:c stop:b ") == 0);
+    CHECK(strcmp(g_log, "stop:c stop:d stop:b ") == 0);
     CHECK_EQ_U(xsp_session_state(s), XSP_SESSION_DETACHED);
     CHECK(xsp_rec_active() == 1);                                /* the core still records */
     CHECK(xsp_session_step(s) == -1);
     xsp_trace *t = NULL;
     CHECK(xsp_session_finish(s, &t, err, sizeof err) == 0);      /* early sources, merge */
-    CHECK(strcmp(g_log, "stop:c stop:b stop:a ") == 0);
+    CHECK(strcmp(g_log, "stop:c stop:d stop:b stop:a ") == 0);
     CHECK(t && t->n_spans == 1 && strcmp(nm(t, 0), "r1") == 0);
     xsp_trace_free(t);
     xsp_session_free(s);
@@ -246,7 +265,7 @@ static void test_one_session_at_a_time_and_halves(void)
     CHECK(xsp_session_start(s, err, sizeof err) == 0);
     xsp_session_free(s);
     CHECK(xsp_rec_active() == 0);
-    CHECK(strcmp(g_log, "start:a start:b start:c stop:c stop:b stop:a ") == 0);
+    CHECK(strcmp(g_log, "start:a start:b start:c stop:c stop:d stop:b stop:a ") == 0);
     /* two sources with hooks, too many sources */
     s = xsp_session_new(NULL, NULL, "");
     xsp_source h = {.name = "h", .hooks = &HOOKS, .release = src_release, .ctx = "h"};

@@ -263,3 +263,27 @@ def test_second_ctrl_c_during_a_long_stop():
     assert tr.meta.get("interrupted") in (None, "KeyboardInterrupt during stop")
     assert _broken() == []
     assert _clean("ML") == REFERENCE["ML"]
+
+
+def test_stop_called_back_from_inside_stop_is_refused():
+    """A signal handler (here: the sync callout itself) that stops or steps the profile while
+    its stop runs finds it stopping: refused (SessionStateError, kept as the callout's message);
+    the outer stop completes once and the trace is whole."""
+    calls = []
+
+    def reenter():
+        for fn in (s._stop, s._step):
+            try:
+                fn()
+            except xsp.SessionStateError as exc:
+                calls.append(str(exc))
+        raise RuntimeError("after %d refusals" % len(calls))
+
+    s = _core.Session()
+    s._setup("M", "r", sync=reenter)
+    with s:
+        pass
+    assert calls == ["this xsp.profile is not recording", "step() needs a running xsp.profile"]
+    meta = s._data.meta()
+    assert meta["sync_error"] == "RuntimeError: after 2 refusals" and meta["steps"] == 0
+    assert s._state == "done" and _broken() == []
