@@ -76,32 +76,6 @@ int xsp_session_add_source(xsp_session *s, const xsp_source *src, char *err, siz
     return 0;
 }
 
-int xsp_session_drop_source(xsp_session *s, const char *name)
-{
-    if (s->state != XSP_SESSION_NEW)
-        return 0;
-    for (uint32_t i = 0; i < s->n_src; i++) {
-        if (strcmp(s->src[i].name, name) != 0)
-            continue;
-        if (s->src[i].release)
-            s->src[i].release(s->src[i].ctx);
-        memmove(&s->src[i], &s->src[i + 1], (s->n_src - i - 1) * sizeof s->src[0]);
-        s->n_src--;
-        return 1;
-    }
-    return 0;
-}
-
-int xsp_session_set_levels(xsp_session *s, const char *levels)
-{
-    char *d = dup_str(levels);
-    if (!d)
-        return -1;
-    free(s->levels);
-    s->levels = d;
-    return 0;
-}
-
 /* Starts the sources with early == e, in order; -1 with "<name>: msg" on the first failure
  * (those started stay started: the caller unwinds them). */
 static int start_phase(xsp_session *s, int e, char *err, size_t errlen)

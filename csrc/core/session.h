@@ -88,14 +88,6 @@ xsp_session *xsp_session_new(const xsp_config *core, const char *region, const c
  * many sources (XSP_SESSION_MAX_SOURCES), a second source with hooks. */
 int xsp_session_add_source(xsp_session *s, const xsp_source *src, char *err, size_t errlen);
 
-/* Drops the source named name before start (its release runs now): for a level that falls back.
- * Returns 1 when one was dropped, 0 when none has that name or the session is not NEW. */
-int xsp_session_drop_source(xsp_session *s, const char *name);
-
-/* Sets the meta "levels" text of the trace stop will make (a level dropped by a fallback).
- * Returns 0, or -1 on allocation failure (unchanged). */
-int xsp_session_set_levels(xsp_session *s, const char *levels);
-
 /* Starts everything, in the order of the file comment.  Only from NEW.  Returns 0 (state
  * RECORDING), or -1 with "<source name>: <its message>" (or the core's message) in err and
  * state FAILED, nothing left installed or running.  A second session while one records fails

@@ -467,6 +467,18 @@ static void warn_forked(SessionObject *self)
 /* 1 in a forked child whose parent was recording this profile at the fork: the at-fork
  * handler marks it (os.fork), and a child made by a C-level fork that skipped the handler is
  * recognised by its pid. */
+static int is_forked(SessionObject *self);
+
+/* 1 (after warn_forked) when self is a forked child's inert copy, for the calls that then do
+ * nothing; else 0. */
+static int inert(SessionObject *self)
+{
+    if (!is_forked(self))
+        return 0;
+    warn_forked(self);
+    return 1;
+}
+
 static int is_forked(SessionObject *self)
 {
     return self->forked
@@ -627,10 +639,8 @@ static PyObject *sess_enter(SessionObject *self, PyObject *Py_UNUSED(ignored))
 
 static PyObject *sess_exit(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (is_forked(self)) {
-        warn_forked(self);
+    if (inert(self))
         Py_RETURN_FALSE;
-    }
     if (self->data || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_DONE))
         Py_RETURN_FALSE;    /* stopped already (stop() inside the block: its error, if it lost
                              * the trace, was raised there) */
@@ -650,10 +660,8 @@ static PyObject *sess_start(SessionObject *self, PyObject *Py_UNUSED(ignored))
  * (or this is a forked child's inert copy). */
 static PyObject *sess_stop(SessionObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (is_forked(self)) {
-        warn_forked(self);
+    if (inert(self))
         Py_RETURN_FALSE;
-    }
     if (self->data)
         Py_RETURN_FALSE;
     if (session_stop(self, NULL) < 0)
@@ -665,10 +673,8 @@ static PyObject *sess_stop(SessionObject *self, PyObject *Py_UNUSED(ignored))
  * child (inert).  SessionStateError when not recording. */
 static PyObject *sess_step(SessionObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (is_forked(self)) {
-        warn_forked(self);
+    if (inert(self))
         Py_RETURN_FALSE;
-    }
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return NULL;

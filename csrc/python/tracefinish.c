@@ -10,6 +10,23 @@
 
 #include "tracedata.h"
 
+/* The index of t's CPU track whose OS thread id is the int key, or UINT32_MAX (not an int, out
+ * of range, no such track; no exception left set). */
+static uint32_t cpu_track(const xsp_trace *t, PyObject *key)
+{
+    if (!PyLong_Check(key))
+        return UINT32_MAX;
+    unsigned long long tid = PyLong_AsUnsignedLongLong(key);
+    if (tid == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return UINT32_MAX;
+    }
+    for (uint32_t i = 0; i < t->n_threads; i++)
+        if (t->threads[i].tid == tid && t->threads[i].kind == 0)
+            return i;
+    return UINT32_MAX;
+}
+
 /* Names the CPU tracks of t from dict {native tid: name}. */
 void xsp_py_name_threads(xsp_trace *t, PyObject *names)
 {
@@ -18,22 +35,14 @@ void xsp_py_name_threads(xsp_trace *t, PyObject *names)
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(names, &pos, &k, &v)) {
-        if (!PyLong_Check(k) || !PyUnicode_Check(v))
+        uint32_t track = PyUnicode_Check(v) ? cpu_track(t, k) : UINT32_MAX;
+        if (track == UINT32_MAX)
             continue;
-        unsigned long long tid = PyLong_AsUnsignedLongLong(k);
-        if (tid == (unsigned long long)-1 && PyErr_Occurred()) {
+        uint32_t sid = xsp_py_intern(t, v);
+        if (sid == UINT32_MAX)
             PyErr_Clear();
-            continue;
-        }
-        for (uint32_t i = 0; i < t->n_threads; i++) {
-            if (t->threads[i].tid != tid || t->threads[i].kind != 0)
-                continue;
-            uint32_t sid = xsp_py_intern(t, v);
-            if (sid == UINT32_MAX)
-                PyErr_Clear();
-            else
-                t->threads[i].name = sid;
-        }
+        else
+            t->threads[track].name = sid;
     }
 }
 
@@ -86,17 +95,9 @@ int xsp_py_attach_side(xsp_trace *t, PyObject *side)
     Py_ssize_t pos = 0;
     PyObject *k, *recs;
     while (PyDict_Next(side, &pos, &k, &recs)) {
-        if (!PyLong_Check(k) || !PyList_Check(recs))
+        if (!PyList_Check(recs))
             continue;
-        unsigned long long tid = PyLong_AsUnsignedLongLong(k);
-        if (tid == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            continue;
-        }
-        uint32_t track = UINT32_MAX, n = 0;
-        for (uint32_t i = 0; i < t->n_threads && track == UINT32_MAX; i++)
-            if (t->threads[i].tid == tid && t->threads[i].kind == 0)
-                track = i;
+        uint32_t track = cpu_track(t, k), n = 0;
         for (uint32_t i = 0; track != UINT32_MAX && i < t->n_spans; i++) {
             const xsp_span *sp = &t->spans[i];
             if (sp->thread == track

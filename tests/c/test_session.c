@@ -279,10 +279,8 @@ static void test_one_session_at_a_time_and_halves(void)
         CHECK(xsp_session_add_source(s, &n, err, sizeof err) == 0);
     CHECK(xsp_session_add_source(s, &n, err, sizeof err) == -1);
     CHECK(strstr(err, "too many sources") != NULL);
-    CHECK_EQ_U(xsp_session_drop_source(s, "h"), 1);
-    CHECK_EQ_U(xsp_session_drop_source(s, "h"), 0);
-    CHECK_EQ_U(g_released, 2);
     xsp_session_free(s);
+    CHECK_EQ_U(g_released, 2);                                   /* h's, released by the free */
 }
 
 int main(void)
