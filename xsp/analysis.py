@@ -32,6 +32,8 @@ class _Source:
 
     def __init__(self, source):
         self.measurement = None
+        self._windows = None
+        self._iteration_of = None
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
             self.df = source.to_pandas()
@@ -102,44 +104,125 @@ class _Source:
                 np.add.at(out, up[t], out[t])
         return out
 
-    def iterations(self):
-        """Ids of the iteration spans (see the module docstring)."""
-        for k in ITERATION_KINDS:
-            ids = np.nonzero(self.kind == k)[0]
-            if len(ids):
-                return ids
-        roots = np.nonzero(self.parent < 0)[0]
-        mods = roots[self.kind[roots] == "module"]     # level L only: the top-level calls
-        return mods if len(mods) else roots
+    # -- iterations (docs/analyses.md, "Iterations") -----------------------------------------
+    def top_calls(self):
+        """Mask of the top-level module calls: model spans, and module spans with no model or
+        module span above them (a loss or a lone layer called under the step)."""
+        mods = np.isin(self.kind, ("model", "module"))
+        return mods & (self.nearest(("model", "module")) < 0)
 
-    def in_iterations(self):
-        """For each span, whether it belongs to an iteration: the iteration itself, a span
-        below one, or a span below a root or region child recorded on another thread (the
-        autograd engine's device threads) that started during one."""
-        its = self.iterations()
+    def windows(self):
+        """The iterations as time windows: (span ids, starts, ends, setup), arrays in start
+        order, and setup = (id, start, end) of the setup window, or None.  Computed once."""
+        if self._windows is not None:
+            return self._windows
         n = len(self.df)
-        is_it = np.zeros(n, dtype=bool)
-        is_it[its] = True
-        region = self.kind == "region"
-        # a span belongs where the nearest iteration or "base" span at or above it does; a
-        # base span (a root, or a child of a region) not an iteration belongs to one when it
-        # is not a region and started during one
-        base = self.parent < 0
-        base[~base] = region[self.parent[~base]]
         start = self.col("start_ns", 0).astype(np.int64)
         end = start + self.dur
-        during = np.zeros(n, dtype=bool)
-        b = np.nonzero(base & ~is_it & ~region)[0]
-        if len(b) and len(its):
-            order = np.argsort(start[its], kind="stable")
-            its_s, its_e = start[its][order], end[its][order]
-            j = np.searchsorted(its_s, start[b], side="right") - 1
-            during[b] = (j >= 0) & (start[b] <= its_e[np.maximum(j, 0)])
-        at = nearest_ancestor(self.parent, is_it | base, include_self=True)
-        return is_it[at] | during[at]
+        names = self.df["name"].to_numpy()
+        steps = np.nonzero(self.kind == "step")[0]
+        setup = None
+        if len(steps):
+            calls = np.nonzero(self.top_calls())[0]
+            owner = self.nearest(("step",))[calls]        # the step each top-level call is in
+            has_call = np.zeros(n, dtype=bool)
+            has_call[owner[owner >= 0]] = True
+            first_call = {}
+            for c, o in zip(calls.tolist(), owner.tolist()):
+                if o >= 0 and o not in first_call:
+                    first_call[o] = c
+            ids, st, en = [], [], []
+            last = steps[-1]
+            for k in steps.tolist():
+                if names[k] == "step#0" and self.measurement is None:
+                    # the work before the first step(): setup, and when it holds a model call
+                    # (step() called at the end of each iteration), an iteration from that
+                    # call's start
+                    c = first_call.get(k)
+                    if c is None:
+                        setup = (k, int(start[k]), int(end[k]))
+                        continue
+                    setup = (k, int(start[k]), int(start[c]))
+                    ids.append(k)
+                    st.append(int(start[c]))
+                    en.append(int(end[k]))
+                    continue
+                if k == last and len(steps) > 1 and not has_call[k] and len(calls):
+                    continue        # the tail after the last step(): no model call in it
+                ids.append(k)
+                st.append(int(start[k]))
+                en.append(int(end[k]))
+            w = (np.array(ids, dtype=np.int64), np.array(st, dtype=np.int64),
+                 np.array(en, dtype=np.int64))
+        else:
+            its = np.nonzero(self.kind == "model")[0]
+            if not len(its):
+                its = np.nonzero(self.top_calls())[0]
+            if not len(its):
+                its = np.nonzero(self.kind == "region")[0]
+            if not len(its):
+                its = np.nonzero(self.parent < 0)[0]
+            w = (its.astype(np.int64), start[its], end[its])
+        order = np.argsort(w[1], kind="stable")
+        self._windows = (w[0][order], w[1][order], w[2][order], setup)
+        return self._windows
+
+    def iterations(self):
+        """Ids of the spans the iterations are (a step, or for the first one, the step#0 it
+        was carved from; see windows())."""
+        return self.windows()[0]
+
+    def iteration_of(self):
+        """For each span, the index of the iteration it belongs to (0, 1, ... in start order),
+        -1 for none (setup, a dropped tail, outside every iteration).  A span under an
+        iteration span belongs to it (under the step#0 a first iteration was carved from, only
+        when it starts in the window); any other span (another thread's work adopted by the
+        region, and what runs below it) to the iteration during which its topmost span below
+        the region started."""
+        if self._iteration_of is not None:
+            return self._iteration_of
+        ids, ws, we, setup = self.windows()
+        n = len(self.df)
+        out = np.full(n, -1, dtype=np.int64)
+        if len(ids) and n:
+            start = self.col("start_ns", 0).astype(np.int64)
+            is_win = np.zeros(n, dtype=bool)
+            is_win[ids] = True
+            win_of = np.full(n, -1, dtype=np.int64)
+            win_of[ids] = np.arange(len(ids))
+            anc = nearest_ancestor(self.parent, is_win, include_self=True)
+            under = anc >= 0
+            out[under] = win_of[anc[under]]
+            if setup is not None and is_win[setup[0]]:
+                # the first iteration carved from step#0: what started before it is setup
+                j = int(win_of[setup[0]])
+                early = (anc == setup[0]) & (start < ws[j])
+                early[setup[0]] = False
+                out[early] = -1
+            region = self.kind == "region"
+            base = self.parent < 0
+            base[~base] = region[self.parent[~base]]
+            top = nearest_ancestor(self.parent, base, include_self=True)
+            loose = np.nonzero(~under & ~region & (top >= 0))[0]
+            if len(loose):
+                t = start[top[loose]]
+                j = np.searchsorted(ws, t, side="right") - 1
+                ok = (j >= 0) & (t <= we[np.maximum(j, 0)])
+                out[loose[ok]] = j[ok]
+        self._iteration_of = out
+        return out
+
+    def in_iterations(self):
+        """For each span, whether it belongs to an iteration (iteration_of() >= 0)."""
+        return self.iteration_of() >= 0
+
+    def latencies(self):
+        """Each iteration's latency (window end - start), an int64 array."""
+        _, ws, we, _ = self.windows()
+        return we - ws
 
     def model_time(self):
-        return int(self.dur[self.iterations()].sum())
+        return int(self.latencies().sum())
 
 
 def _gpu_columns(src):
@@ -157,14 +240,16 @@ def _empty(columns):
 
 
 def model_latency(source, batch_size=None):
-    """One row per iteration: iteration (0, 1, ...), id, name, kind, start_ns, latency_ns and
+    """One row per iteration (docs/analyses.md, "Iterations"): iteration (0, 1, ...), id (the
+    step, model or region span it is), name, kind, start_ns, latency_ns (its window: for the
+    first iteration carved from step#0, from its first model call to the end of step#0) and
     throughput_per_s = batch_size / latency in seconds (NaN without batch_size)."""
     src = _src(source)
     if batch_size is not None and (not isinstance(batch_size, (int, np.integer))
                                    or batch_size <= 0):
         raise ValueError("batch_size must be a positive int, not %r" % (batch_size,))
-    ids = src.iterations()
-    lat = src.dur[ids]
+    ids, ws, we, _ = src.windows()
+    lat = we - ws
     tput = (batch_size * 1e9 / lat.astype(np.float64)) if batch_size else \
         np.full(len(ids), np.nan)
     with np.errstate(divide="ignore"):
@@ -173,29 +258,106 @@ def model_latency(source, batch_size=None):
             "id": ids.astype(np.int64),
             "name": src.df["name"].to_numpy()[ids],
             "kind": src.kind[ids],
-            "start_ns": src.col("start_ns", 0)[ids].astype(np.int64),
-            "latency_ns": lat,
+            "start_ns": ws.astype(np.int64),
+            "latency_ns": lat.astype(np.int64),
             "throughput_per_s": tput,
         })
 
 
-def _layer_rows(src):
+def setup(source):
+    """The setup: what ran before the first step() and before the first model call in it (it
+    is never an iteration).  A dict: id (the step#0 span), start_ns, duration_ns; None when
+    the trace has no step spans."""
+    s = _src(source).windows()[3]
+    if s is None:
+        return None
+    return {"id": int(s[0]), "start_ns": int(s[1]), "duration_ns": int(s[2] - s[1])}
+
+
+BACKWARD_OP = "autograd::engine::evaluate_function: "
+OPTIMIZER_SCOPES = ("Optimizer.step#", "Optimizer.zero_grad#")
+PHASES = ("forward", "toplevel_layers", "backward", "optimizer", "other")
+
+
+def _phase_masks(src):
+    """Per span, which phase it is the outermost span of (or none): forward (model spans),
+    toplevel_layers (top-level module calls outside a model: the loss, lone layers), backward
+    (autograd's backward functions and the engine's evaluate_function ops, outside the model
+    calls), optimizer (the Optimizer.step# and Optimizer.zero_grad# scopes that torch's
+    optimizers record)."""
+    names = pd.Series(src.df["name"].to_numpy(), dtype=object).astype(str)
+    in_model = src.nearest(("model",)) >= 0
+    is_model = src.kind == "model"
+    top_layer = (src.kind == "module") & src.top_calls() & ~in_model
+    bw = ((src.kind == "backward") | ((src.kind == "op")
+                                      & names.str.startswith(BACKWARD_OP).to_numpy(bool)))
+    bw &= ~in_model
+    opt = (src.kind == "scope") & ~in_model
+    opt &= names.str.startswith(OPTIMIZER_SCOPES).to_numpy(bool)
+    out = {}
+    for name, m in (("forward", is_model), ("toplevel_layers", top_layer), ("backward", bw),
+                    ("optimizer", opt)):
+        outer = m & (nearest_ancestor(src.parent, m, include_self=False) < 0)
+        out[name] = outer
+    return out
+
+
+def phases(source):
+    """One row per iteration: iteration, step_ns (the iteration's latency), forward_ns (its
+    model calls), toplevel_layers_ns (top-level layer calls outside the model: the loss, lone
+    layers), backward_ns (backward functions, on any thread), optimizer_ns (the optimizer's
+    step and zero_grad), other_ns (step_ns minus the four: Python, data loading, waiting).
+    Each is the sum of the outermost spans of that phase in the iteration."""
+    src = _src(source)
+    lat = src.latencies()
+    n_it = len(lat)
+    it = src.iteration_of()
+    df = pd.DataFrame({"iteration": np.arange(n_it, dtype=np.int64),
+                       "step_ns": lat.astype(np.int64)})
+    rest = lat.astype(np.int64).copy()
+    for name, m in _phase_masks(src).items():
+        sel = m & (it >= 0)
+        v = np.bincount(it[sel], weights=src.dur[sel], minlength=n_it)[:n_it].astype(np.int64)
+        df[name + "_ns"] = v
+        rest -= v
+    df["other_ns"] = rest
+    return df
+
+
+def _layer_mask(src):
+    """The layer spans: module spans, and (when L was recorded) model spans with no module
+    span below them: a model that is a single layer is that layer too."""
     is_mod = src.kind == "module"
+    levels = src.meta.get("levels")
+    has_l = ("L" in levels) if isinstance(levels, str) else bool(is_mod.any())
+    if has_l:
+        is_model = src.kind == "model"
+        up = src.nearest(("model",))
+        has_mod = np.zeros(len(src.df), dtype=bool)
+        u = up[is_mod]
+        has_mod[u[u >= 0]] = True
+        is_mod = is_mod | (is_model & ~has_mod)
+    return is_mod
+
+
+def _layer_rows(src):
+    is_mod = _layer_mask(src)
     ids = np.nonzero(is_mod)[0]
-    enclosing = src.nearest(("module",))
+    enclosing = nearest_ancestor(src.parent, is_mod, include_self=False)
     has_mod_child = np.zeros(len(src.df), dtype=bool)
     e = enclosing[is_mod]
     has_mod_child[e[e >= 0]] = True
-    depth = ancestor_count(src.parent, is_mod)      # module ancestors of each module span
+    depth = ancestor_count(src.parent, is_mod)      # layer ancestors of each layer span
     return ids, ~has_mod_child, depth
 
 
 def layers(source, shapes=False):
-    """One row per layer call (module span) in execution order: index, id, name (qualified),
-    type, depth (module ancestors), leaf, latency_ns (inclusive), self_ns, allocated_bytes
-    (memory allocated in the call where PyTorch reports it: CUDA caching allocator, with
-    xsp.profile(profile_memory=True); NaN otherwise), and with shapes=True the input shapes
-    (recorded with xsp.profile(record_shapes=True))."""
+    """One row per layer call (module span; a model span that has no module below it) in
+    execution order: index, id, name (qualified), type, depth (layer ancestors), leaf,
+    iteration (-1 outside every iteration: setup), latency_ns (inclusive), self_ns,
+    allocated_bytes (memory allocated in the call where PyTorch reports it: CUDA caching
+    allocator, with xsp.profile(profile_memory=True); NaN otherwise), and with shapes=True the
+    input shapes (recorded with xsp.profile(record_shapes=True))."""
     src = _src(source)
     if shapes and "shapes" not in src.df.columns:
         raise ValueError("this trace has no input shapes: record it with "
@@ -209,6 +371,7 @@ def layers(source, shapes=False):
         "type": src.col("type", None)[ids],
         "depth": depth[ids],
         "leaf": leaf[ids],
+        "iteration": src.iteration_of()[ids],
         "latency_ns": src.dur[ids],
         "self_ns": src.col("self_ns", 0)[ids].astype(np.int64),
         "allocated_bytes": pd.array([np.nan if v is None else v for v in mem], dtype="Float64")
@@ -220,25 +383,48 @@ def layers(source, shapes=False):
 
 
 def _leaf_layers(src):
+    """The leaf layer calls inside iterations."""
     ids, leaf, _ = _layer_rows(src)
-    keep = ids[leaf[ids]]
+    keep = ids[leaf[ids] & (src.iteration_of()[ids] >= 0)]
     return pd.DataFrame({
         "id": keep,
         "name": src.df["name"].to_numpy()[keep],
         "type": src.col("type", None)[keep],
         "latency_ns": src.dur[keep],
+        "iteration": src.iteration_of()[keep],
     })
 
 
+def forward_time(src):
+    """The forward time of the iterations: their model calls and top-level layer calls."""
+    ph = _phase_masks(src)
+    m = (ph["forward"] | ph["toplevel_layers"]) & (src.iteration_of() >= 0)
+    return int(src.dur[m].sum())
+
+
+def _backward_by_module(src):
+    """Backward time per module name (the backward functions whose forward op ran in that
+    module: to_pandas' module column; with steps, those in the iterations), a Series."""
+    is_bw = src.kind == "backward"
+    if (src.kind[src.iterations()] == "step").any():
+        is_bw &= src.iteration_of() >= 0      # iterations are steps: the backward is in them
+    # else the iterations are the model calls (no steps), which the backward follows
+    if not is_bw.any() or "module" not in src.df.columns:
+        return pd.Series(dtype=np.int64)
+    return pd.Series(src.dur[is_bw]).groupby(src.df["module"].to_numpy()[is_bw]).sum()
+
+
 def layer_ranking(source, n=None):
-    """Leaf layers by total (forward) latency, slowest first: rank (1, 2, ...), name, type,
-    calls, total_ns, mean_ns (total / calls, floored), backward_ns (the autograd backward
-    functions that differentiate the layer's forward ops: the module column), share (total /
-    model time) and cumulative_share."""
+    """Leaf layers in the iterations by total forward latency, slowest first: rank (1, 2,
+    ...), name, type, calls, total_ns (forward), mean_ns (total / calls, floored), backward_ns
+    (the autograd backward functions that differentiate the layer's forward ops: the module
+    column), forward_share (total_ns / the iterations' forward time: model and top-level layer
+    calls), step_share ((total_ns + backward_ns) / the iterations' time) and
+    cumulative_step_share."""
     src = _src(source)
     leaf = _leaf_layers(src)
-    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "backward_ns", "share",
-            "cumulative_share"]
+    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "backward_ns",
+            "forward_share", "step_share", "cumulative_step_share"]
     if not len(leaf):
         return _empty(cols)
     g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
@@ -247,37 +433,98 @@ def layer_ranking(source, n=None):
     g = g.reset_index().sort_values(["total_ns", "first"], ascending=[False, True],
                                     kind="stable")
     g["mean_ns"] = g["total_ns"] // g["calls"]
-    is_bw = src.kind == "backward"
-    if is_bw.any() and "module" in src.df.columns:
-        bw = pd.Series(src.dur[is_bw]).groupby(src.df["module"].to_numpy()[is_bw]).sum()
-        g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64)
-    else:
-        g["backward_ns"] = np.zeros(len(g), dtype=np.int64)
-    mt = src.model_time()
-    g["share"] = g["total_ns"] / mt if mt else np.nan
-    g["cumulative_share"] = g["share"].cumsum()
+    bw = _backward_by_module(src)
+    g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64) if len(bw) else \
+        np.zeros(len(g), dtype=np.int64)
+    ft, mt = forward_time(src), src.model_time()
+    g["forward_share"] = g["total_ns"] / ft if ft else np.nan
+    g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
+    g["cumulative_step_share"] = g["step_share"].cumsum()
     g["rank"] = np.arange(1, len(g) + 1)
     g = g[cols].reset_index(drop=True)
     return g if n is None else g.head(n)
 
 
 def layer_types(source):
-    """Leaf layers grouped by type (class): type, count, total_ns, count_share (of leaf layer
-    calls) and latency_share (of model time), by total latency, largest first."""
+    """Leaf layers in the iterations grouped by type (class): type, count, total_ns (forward),
+    backward_ns, count_share (of leaf layer calls), forward_share (of the forward time) and
+    step_share ((total + backward) / the iterations' time), by total latency, largest first."""
     src = _src(source)
     leaf = _leaf_layers(src)
-    cols = ["type", "count", "total_ns", "count_share", "latency_share"]
+    cols = ["type", "count", "total_ns", "backward_ns", "count_share", "forward_share",
+            "step_share"]
     if not len(leaf):
         return _empty(cols)
     leaf["type"] = leaf["type"].fillna("?")
+    bw = _backward_by_module(src)
+    name_type = leaf.groupby("name", sort=False)["type"].first()
     g = leaf.groupby("type", sort=False).agg(count=("id", "size"),
                                              total_ns=("latency_ns", "sum"),
                                              first=("id", "min")).reset_index()
+    if len(bw):
+        per_type = bw.groupby(name_type.reindex(bw.index)).sum()
+        g["backward_ns"] = g["type"].map(per_type).fillna(0).astype(np.int64)
+    else:
+        g["backward_ns"] = np.zeros(len(g), dtype=np.int64)
     g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
     g["count_share"] = g["count"] / len(leaf)
-    mt = src.model_time()
-    g["latency_share"] = g["total_ns"] / mt if mt else np.nan
+    ft, mt = forward_time(src), src.model_time()
+    g["forward_share"] = g["total_ns"] / ft if ft else np.nan
+    g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
     return g[cols].reset_index(drop=True)
+
+
+def ops(source, by_shape=False, sort="self_ns", n=None):
+    """The op table, like torch.profiler's key_averages: one row per op name (and per input
+    shapes with by_shape, from an op's "shapes" attribute) over the ops in the iterations:
+    name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
+    name too, as torch.profiler does), self_ns, mean_ns (total / calls), self_share (self_ns /
+    the iterations' time), and with level G gpu_ns (the GPU work launched inside the op,
+    nested ops included) and gpu_self_ns (launched by the op itself, not a nested op); NaN
+    without G.  Sorted by `sort` (a column name), largest first."""
+    src = _src(source)
+    cols = ["name"] + (["shapes"] if by_shape else []) + [
+        "calls", "total_ns", "self_ns", "mean_ns", "self_share", "gpu_ns", "gpu_self_ns"]
+    if sort not in cols or sort in ("name", "shapes"):
+        raise ValueError("sort must be one of %s, not %r"
+                         % (", ".join(c for c in cols if c not in ("name", "shapes")), sort))
+    if by_shape and "shapes" not in src.df.columns:
+        raise ValueError("this trace has no op input shapes (by_shape=True needs an op "
+                         "attribute 'shapes')")
+    sel = (src.kind == "op") & (src.iteration_of() >= 0)
+    ids = np.nonzero(sel)[0]
+    if not len(ids):
+        return _empty(cols)
+    df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids], "first": ids,
+                       "total_ns": src.dur[ids],
+                       "self_ns": src.col("self_ns", 0)[ids].astype(np.int64)})
+    keys = ["name"]
+    if by_shape:
+        df["shapes"] = [str(v) if v is not None else "" for v in src.col("shapes", None)[ids]]
+        keys.append("shapes")
+    if src.has_gpu:
+        _, kern_ns, copy_ns = _gpu_columns(src)
+        work = kern_ns + copy_ns
+        df["gpu_ns"] = src.inclusive_sum(work, ("op",))[ids]
+        up = src.nearest(("op",))
+        own = np.zeros(len(src.df), dtype=np.int64)
+        w = (work > 0) & (up >= 0)
+        np.add.at(own, up[w], work[w])
+        df["gpu_self_ns"] = own[ids]
+    g = df.groupby(keys, sort=False).agg(
+        calls=("first", "size"), total_ns=("total_ns", "sum"), self_ns=("self_ns", "sum"),
+        first=("first", "min"),
+        **({"gpu_ns": ("gpu_ns", "sum"), "gpu_self_ns": ("gpu_self_ns", "sum")}
+           if src.has_gpu else {})).reset_index()
+    if not src.has_gpu:
+        g["gpu_ns"] = np.nan
+        g["gpu_self_ns"] = np.nan
+    g["mean_ns"] = g["total_ns"] // g["calls"]
+    mt = src.model_time()
+    g["self_share"] = g["self_ns"] / mt if mt else np.nan
+    g = g.sort_values([sort, "first"], ascending=[False, True], kind="stable")
+    g = g[cols].reset_index(drop=True)
+    return g if n is None else g.head(n)
 
 
 KERNEL_ATTRS = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
@@ -304,6 +551,7 @@ def kernels(source):
         "op": pd.Series(np.where(op >= 0, names[np.maximum(op, 0)], None) if len(ids)
                         else [], dtype=object),
         "layer": pd.Series(src.col("module", None)[ids], dtype=object),
+        "iteration": src.iteration_of()[ids],
     })
     for a in KERNEL_ATTRS:
         df[a] = src.col(a, None)[ids]
@@ -315,6 +563,7 @@ def kernels_by_name(source):
     share (total / model time), largest total first.  Empty without level G."""
     src = _src(source)
     k = kernels(src)
+    k = k[k["iteration"] >= 0]
     cols = ["name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share"]
     if not len(k):
         return _empty(cols)
@@ -332,7 +581,7 @@ def kernels_by_name(source):
 def _by(src, kinds, label):
     """GPU work aggregated over spans of `kinds` by name (inclusive of nested ones)."""
     kern, kern_ns, copy_ns = _gpu_columns(src)
-    ids = np.nonzero(np.isin(src.kind, kinds))[0]
+    ids = np.nonzero(np.isin(src.kind, kinds) & src.in_iterations())[0]
     cols = [label, "type", "calls", "latency_ns", "kernels", "kernel_ns", "copy_ns", "gpu_ns",
             "cpu_ns", "gpu_share"]
     if not len(ids):
@@ -445,5 +694,5 @@ def roofline(source, peak_gflops=None, peak_dram_gbps=None):
     return g[cols].reset_index(drop=True)
 
 
-__all__ = ["model_latency", "layers", "layer_ranking", "layer_types", "kernels",
+__all__ = ["model_latency", "setup", "phases", "ops", "layers", "layer_ranking", "layer_types", "kernels",
            "kernels_by_name", "kernels_by_layer", "kernels_by_op", "gpu_vs_cpu", "roofline"]

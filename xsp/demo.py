@@ -31,6 +31,7 @@ def main(argv=None):
 
     import xsp
     from xsp import chrome, models, report
+    from xsp._util import fmt_ns
 
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()
@@ -65,7 +66,7 @@ def main(argv=None):
     print(tr.tree(root=first, max_depth=args.depth, min_duration_ns=20_000, max_children=12))
     print("\n== report (xsp.report: layers, types, kernels, GPU vs CPU)")
     print(report.text(tr, top=8))
-    print("\ncounters:", tr.counters)
+    print("\nlost or dropped:", report.fmt_counters(tr.counters))
 
     if args.repeat:
         # XSP's leveled measurement: each level's latency from the shallowest run that sees
@@ -77,9 +78,15 @@ def main(argv=None):
                             rounds=3, batch_size=args.batch, progress=False)
         ov = m.overhead
         for r in ov.itertuples(index=False):
-            print("  level %s in run %-3s  %12.1f us  (+%.1f us, %+.1f %%)" % (
-                r.level, r.run, r.latency_ns / 1e3, r.added_ns / 1e3, 100 * r.added_share))
-        print("  model latency %.3f ms, throughput %.0f samples/s at batch %d" % (
+            first = r.run == ov[ov["level"] == r.level]["run"].iloc[0]
+            print("  level %s in run %-3s  %12s ± %-10s %s" % (
+                r.level, r.run, fmt_ns(r.latency_ns), fmt_ns(r.std_ns),
+                "(its own run)" if first else "added %s%s" % (
+                    report.fmt_delta(r.added_ns, ov[ov["level"] == r.level]["latency_ns"]
+                                     .iloc[0]),
+                    ", within the noise (± %s): use a larger --repeat" % fmt_ns(r.noise_ns)
+                    if r.within_noise else "")))
+        print("  forward latency (model(x) under no_grad, from the M run) %.3f ms, throughput %.0f samples/s at batch %d" % (
             m.latency_ns / 1e6, m.throughput_per_s, args.batch))
 
     os.makedirs(args.out, exist_ok=True)

@@ -29,6 +29,7 @@ from .profiler import profile
 from .trace import KINDS, LEVELS, ancestor_count, self_time
 
 RUN_ORDER = ("M", "ML", "MLG")
+NOISE_K = 2.0       # a difference is called when it exceeds NOISE_K standard errors
 GPU_WORK = ("kernel", "memcpy", "memset")
 
 
@@ -252,8 +253,11 @@ class Measurement:
         """One row per (level, run that records it): level, run, latency_ns (trimmed mean over
         iterations of the level's time per iteration: M the iteration (step) span, L the L
         spans not inside another L span, G the GPU work: kernels, copies, memsets), std_ns,
-        added_ns (latency_ns minus the level's latency in its own, shallowest run) and
-        added_share (added_ns / that latency)."""
+        added_ns (latency_ns minus the level's latency in its own, shallowest run),
+        added_share (added_ns / that latency), noise_ns = NOISE_K * sqrt(s0^2/n0 + s^2/n)
+        (the standard errors of both runs' trimmed samples: s the std of the kept samples, n
+        their number; NaN in the level's own run) and within_noise (|added_ns| <= noise_ns:
+        the difference cannot be told from the spread; measure with a larger repeat)."""
         if self._overhead is not None:
             return self._overhead.copy()
         rows = []
@@ -276,14 +280,22 @@ class Measurement:
                     sel &= it >= 0
                     per_it += np.bincount(it[sel], weights=t.duration_ns[sel].astype(np.float64),
                                           minlength=n_it)[:n_it]
-                mean, std, _, _, _ = trimmed_stats(per_it, self.trim)
+                mean, std, _, _, n = trimmed_stats(per_it, self.trim)
+                kept = n - 2 * int(np.floor(self.trim * n)) if n else 0
+                kept = kept if kept > 0 else n
                 if base is None:
-                    base = mean
+                    base, base_se2 = mean, (std * std / kept if kept else np.nan)
+                    noise, within = np.nan, False
+                else:
+                    noise = NOISE_K * float(np.sqrt(base_se2 + std * std / kept))
+                    within = bool(abs(mean - base) <= noise)
                 rows.append({"level": lv, "run": r, "latency_ns": mean, "std_ns": std,
                              "added_ns": mean - base,
-                             "added_share": (mean - base) / base if base else np.nan})
+                             "added_share": (mean - base) / base if base else np.nan,
+                             "noise_ns": noise, "within_noise": within})
         self._overhead = pd.DataFrame(rows, columns=["level", "run", "latency_ns", "std_ns",
-                                                     "added_ns", "added_share"])
+                                                     "added_ns", "added_share", "noise_ns",
+                                                     "within_noise"])
         return self._overhead.copy()
 
     @property

@@ -63,8 +63,10 @@ class _ModuleCalls:
     """
 
     def __init__(self, torch, record_model, record_modules, record_shapes=False,
-                 profile_memory=False):
+                 profile_memory=False, model=None):
         self._torch = torch
+        self._model = model         # None, or module -> bool: is this top-level call the model
+        self._kind_cache = {}       # class -> "model", "layer" or "leaf" (see _is_model)
         self._shapes = record_shapes
         self._memory = profile_memory and torch.cuda.is_available()
         # per native thread id: [shapes str or None, allocated bytes at entry, delta], one per
@@ -169,14 +171,31 @@ class _ModuleCalls:
         self._c_keep.setdefault(id(state[1]), state[1])
         return name, state[1]
 
+    def _is_model(self, module):
+        """Whether a top-level call of module is a model call (see profile's `model`): the
+        named model when one is named, else anything but a loss or a built-in leaf layer."""
+        if self._model is not None:
+            return self._model(module)
+        cls = type(module)
+        verdict = self._kind_cache.get(cls)
+        if verdict is None:
+            nn = self._torch.nn
+            verdict = ("layer" if issubclass(cls, nn.modules.loss._Loss) else
+                       "leaf" if cls.__module__.startswith("torch.nn.") else "model")
+            self._kind_cache[cls] = verdict
+        if verdict == "leaf":       # a built-in layer: a layer when it has no submodules
+            return bool(module._modules)
+        return verdict == "model"
+
     def _top_key(self, module, state):
-        """A top-level call: maps the model's module names, begins its span (model, or module
-        with L alone).  Returns the key or None."""
+        """A top-level call: maps the model's module names, begins its span: a model span for
+        a model call (_is_model), else a module span named after the class (a layer under the
+        step; the same with L alone).  Returns the key or None."""
         state[1], state[2] = {}, module
         try:
             state[1] = self._qualnames(module)
             cls = type(module).__name__
-            if self._record_model:
+            if self._record_model and self._is_model(module):
                 return _core.begin(LEVEL_M, KIND["model"], cls, cls)
             if self._record_modules:
                 return _core.begin(LEVEL_L, KIND["module"], cls, cls)
@@ -248,6 +267,12 @@ class profile(_core.Session):
         when CUPTI refuses) raises LevelUnavailableError saying which is missing, or, with
         gpu_fallback=True, warns and records M and L only.
     name: the region span's name.
+    model: which top-level module calls are model calls (M-level model spans): an nn.Module,
+        a class, a class name (or module.ClassName), or a list of them.  Other top-level calls
+        are layers (module spans) under the step.  By default every top-level call is a model
+        call except a loss (a subclass of nn.modules.loss._Loss) and a built-in leaf layer (a
+        torch.nn class without submodules, e.g. an nn.Linear called on its own): those are
+        layers.  docs/api.md, "Models and layers".
     max_memory: cap in bytes on recording memory; spans past it are counted in the trace's
         counters ("lost.cap"), never a crash.
     gpu_max_memory: cap in bytes on the GPU records kept (past it they are counted in
@@ -264,7 +289,7 @@ class profile(_core.Session):
 
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
-                 profile_memory=False):
+                 profile_memory=False, model=None):
         levels = parse_levels(levels)
         if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
             raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
@@ -296,7 +321,8 @@ class profile(_core.Session):
         names = {}
         if torch is not None and ("M" in levels or "L" in levels):
             self._modules = _ModuleCalls(torch, "M" in levels, "L" in levels,
-                                         self.record_shapes, self.profile_memory)
+                                         self.record_shapes, self.profile_memory,
+                                         _model_matcher(model, torch))
             wrapper, cell = self._modules.make()
             names = self._modules.thread_names
         names[threading.get_native_id()] = threading.current_thread().name
@@ -376,6 +402,39 @@ class profile(_core.Session):
 
     def __repr__(self):
         return "<xsp.profile levels=%s %s>" % (self.levels, self._state)
+
+
+def _model_matcher(model, torch):
+    """profile's `model` as a predicate on a top-level module call, or None (the default
+    rule).  model: an nn.Module (that object), a class (its instances), a str (a class name,
+    or module.ClassName), or a list or tuple of those."""
+    if model is None:
+        return None
+    items = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not items:
+        raise ValueError("model: an empty list names no model")
+    objs, classes, names = [], [], set()
+    for m in items:
+        if isinstance(m, torch.nn.Module):
+            objs.append(weakref.ref(m))
+        elif isinstance(m, type) and issubclass(m, torch.nn.Module):
+            classes.append(m)
+        elif isinstance(m, str) and m:
+            names.add(m)
+        else:
+            raise TypeError("model must be an nn.Module, an nn.Module class or a class name "
+                            "(str), or a list of them; not %r" % (m,))
+    classes = tuple(classes)
+
+    def is_model(module):
+        if any(r() is module for r in objs) or (classes and isinstance(module, classes)):
+            return True
+        if names:
+            cls = type(module)
+            return cls.__name__ in names or "%s.%s" % (cls.__module__, cls.__qualname__) in names
+        return False
+
+    return is_model
 
 
 def step():

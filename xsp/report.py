@@ -8,7 +8,7 @@ not change the backend of a notebook; they are embedded as base64 PNG, so the HT
 alone.  Without matplotlib the reports say so and keep their tables.
 """
 import base64
-import html as _html
+import html as _html_mod
 import io
 
 import numpy as np
@@ -24,15 +24,72 @@ def fmt_share(x):
     return "%.1f%%" % (100.0 * float(x))
 
 
+def fmt_delta(ns, base=None):
+    """A signed duration, "+1.234 ms" or "-193.900 us", with its share of base when given:
+    "+1.234 ms (+3.4%)"."""
+    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
+        return "-"
+    text = ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+    if base:
+        text += " (%+.1f%%)" % (100.0 * ns / base)
+    return text
+
+
+# headers of the tables as people read them: units go in the cells ("1.952 ms", "12.3%"),
+# so no header carries a unit suffix
+HEADERS = {"total_ns": "total", "mean_ns": "mean", "self_ns": "self", "backward_ns": "backward",
+           "forward_share": "of forward", "step_share": "of step (fwd+bwd)",
+           "cumulative_step_share": "cumulative", "count_share": "of calls",
+           "self_share": "self, of step", "gpu_ns": "GPU", "gpu_self_ns": "GPU self",
+           "latency_ns": "latency", "std_ns": "std", "added_ns": "added",
+           "added_share": "added, share", "noise_ns": "noise", "kernel_ns": "kernel time",
+           "copy_ns": "copy time", "cpu_ns": "CPU", "gpu_share": "GPU share",
+           "cpu_share": "CPU share", "min_ns": "min", "max_ns": "max", "share": "share"}
+
+
+def header(col):
+    """The display header of a DataFrame column: HEADERS, else the name without _ns."""
+    if col in HEADERS:
+        return HEADERS[col]
+    if col.endswith("_ns"):
+        return col[:-3]
+    if col.endswith("_share"):
+        return col[:-6] + " share"
+    return col
+
+
 def _pretty(df, ns=(), share=()):
-    """A copy of df with ns columns and share columns formatted for reading."""
+    """A copy of df for reading: ns columns as durations with units, share columns as
+    percentages, headers without unit suffixes (header())."""
     out = df.copy()
     for c in out.columns:
         if c in ns or c.endswith("_ns"):
             out[c] = [fmt_ns(v) for v in out[c]]
         elif c in share or c.endswith("share"):
             out[c] = [fmt_share(v) for v in out[c]]
+        elif out[c].dtype == bool:
+            out[c] = ["yes" if v else "no" for v in out[c]]
+    out.columns = [header(c) for c in out.columns]
     return out.fillna("-") if len(out) else out
+
+
+def fmt_counters(counters):
+    """What was lost or dropped, for reading: "none", or "lost.cap 2, gpu.dropped 5"."""
+    lost = {k: v for k, v in counters.items() if v}
+    return ", ".join("%s %d" % kv for kv in sorted(lost.items())) or "none"
+
+
+def _spread(x):
+    """(mean, std with ddof=1 or NaN for one sample, median, min, max) of samples x."""
+    x = np.asarray(x, dtype=np.float64)
+    if not len(x):
+        return (np.nan,) * 5
+    return (float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else np.nan,
+            float(np.median(x)), float(x.min()), float(x.max()))
+
+
+def _pm(mean, std):
+    return fmt_ns(mean) + ("" if np.isnan(std) else " ± " + fmt_ns(std))
 
 
 class _Summary:
@@ -51,11 +108,16 @@ class _Summary:
             self.levels = self.measurement.levels
         self.top = top
         self.iters = A.model_latency(self.src)
+        self.phases = A.phases(self.src)
+        self.setup = A.setup(self.src)
         self.ranking = A.layer_ranking(self.src, n=top)
         self.types = A.layer_types(self.src)
+        self.ops = A.ops(self.src, n=top)
         self.kernels = A.kernels_by_name(self.src).head(top)
         self.gvc = A.gpu_vs_cpu(self.src)
         self.has_gpu = self.src.has_gpu
+        self.has_layers = bool(A._layer_mask(self.src).any())
+        self.iteration_kind = self.iters["kind"].iloc[0] if len(self.iters) else None
         self.overhead = self.measurement.overhead if self.measurement is not None else None
         trace = self.measurement.trace if self.measurement is not None else \
             (source if hasattr(source, "counters") else None)
@@ -67,12 +129,24 @@ class _Summary:
                     for k, v in t.counters.items():
                         self.counters[k] = self.counters.get(k, 0) + v
         self.n_spans = len(trace) if trace is not None else len(self.src.df)
+        steps = meta.get("steps")
+        self.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+    def iteration_words(self):
+        n = len(self.iters)
+        what = {"step": "steps (the work between step() calls)", "model": "model calls",
+                "module": "top-level layer calls", "region": "the profiled region"}.get(
+                    self.iteration_kind, "root spans")
+        return "%d iteration%s: %s" % (n, "" if n == 1 else "s", what)
 
     def headline(self):
         lat = self.iters["latency_ns"].to_numpy()
         if self.measurement is None:
-            lines = [self.title, "levels %s, %d spans, %d iteration%s" % (
-                self.levels, self.n_spans, len(lat), "" if len(lat) == 1 else "s")]
+            lines = [self.title, "levels %s, %d spans, %s" % (
+                self.levels, self.n_spans, self.iteration_words())]
+            if self.setup is not None:
+                lines.append("setup (before the first step() and its first model call; not an "
+                             "iteration): %s" % fmt_ns(self.setup["duration_ns"]))
         else:
             m = self.measurement
             lines = [self.title, "levels %s, %d spans per iteration (run %s: %d spans in all)"
@@ -82,28 +156,64 @@ class _Summary:
                                       " x %d interleaved rounds" % m.rounds
                                       if m.rounds > 1 else "", m.trim))
             ov = m.overhead.iloc[0]
-            s = "model latency %s (trimmed mean; std %s)" % (fmt_ns(ov["latency_ns"]),
-                                                            fmt_ns(ov["std_ns"]))
+            s = "model latency %s (trimmed mean of the M run; std %s)" % (
+                fmt_ns(ov["latency_ns"]), fmt_ns(ov["std_ns"]))
             if m.batch_size:
                 s += ", throughput %.1f samples/s at batch %d" % (m.throughput_per_s,
                                                                  m.batch_size)
             lines.append(s)
         if self.measurement is None and len(lat):
-            lines.append("model latency: mean %s, median %s, min %s, max %s" % (
-                fmt_ns(lat.mean()), fmt_ns(np.median(lat)), fmt_ns(lat.min()),
-                fmt_ns(lat.max())))
-        lost = {k: v for k, v in self.counters.items() if v}
-        lines.append("lost or dropped: %s" % (", ".join("%s %d" % kv for kv in
-                                                        sorted(lost.items())) or "none"))
+            mean, std, med, lo, hi = _spread(lat)
+            label = "step latency" if self.iteration_kind == "step" else "iteration latency"
+            lines.append("%s: mean %s, median %s, min %s, max %s" % (
+                label, _pm(mean, std), fmt_ns(med), fmt_ns(lo), fmt_ns(hi)))
+            if len(lat) > 2 and hi > 3 * med:
+                worst = int(np.argmax(lat))
+                lines.append("note: iteration %d took %.1fx the median%s; the mean includes "
+                             "it (profile after a warm-up, or with xsp.schedule(warmup=...))"
+                             % (worst, hi / med, " (the first call pays one-off costs)"
+                                if worst == 0 else ""))
+            if self.iteration_kind == "step":
+                parts = []
+                for name, label in (("forward", "forward (model calls)"),
+                                    ("toplevel_layers", "loss and top-level layers"),
+                                    ("backward", "backward"), ("optimizer", "optimizer"),
+                                    ("other", "other")):
+                    v = self.phases[name + "_ns"].to_numpy()
+                    if name in ("toplevel_layers", "optimizer") and not v.any():
+                        continue
+                    mean, std, _, _, _ = _spread(v)
+                    parts.append("%s %s" % (label, _pm(mean, std)))
+                lines.append("per step (mean ± std): " + ", ".join(parts))
+        lines.append("lost or dropped: %s" % fmt_counters(self.counters))
         return lines
 
     def gpu_total(self):
         return self.gvc[self.gvc["layer"] == "(model)"].iloc[0]
 
+    def no_layers(self):
+        if "L" not in str(self.levels):
+            return "no layers: level L was not recorded"
+        return "no layer calls in the iterations"
+
+
+def _overhead_notes(ov):
+    """Lines saying which overheads of a Measurement are within the noise."""
+    out = []
+    if ov is None or "within_noise" not in ov.columns:
+        return out
+    for r in ov.itertuples(index=False):
+        if r.run != ov[ov["level"] == r.level]["run"].iloc[0] and r.within_noise:
+            out.append("%s in run %s: %s added is within the noise (± %s): measure with a "
+                       "larger repeat to tell" % (r.level, r.run, fmt_delta(r.added_ns),
+                                                   fmt_ns(r.noise_ns)))
+    return out
+
 
 def text(source, top=10):
-    """The readable summary: headline, overhead per level (measurements), top layers, layer
-    types, top kernels and GPU against CPU time.  Returns a str."""
+    """The readable summary: headline (iterations, setup, step latency with its spread and
+    the phases of a step), overhead per level (measurements), top layers, layer types, top
+    ops, top kernels and GPU against CPU time.  Returns a str."""
     s = _Summary(source, top)
     out = s.headline()
 
@@ -117,9 +227,15 @@ def text(source, top=10):
 
     if s.overhead is not None:
         section("Overhead per level (what each deeper run added)", s.overhead, "-")
-    section("Top %d layers (leaf modules, by total latency)" % top,
-            s.ranking.drop(columns=["cumulative_share"]), "no layers recorded (level L)")
-    section("Layer types", s.types, "no layers recorded (level L)")
+        out.extend("  " + ln for ln in _overhead_notes(s.overhead))
+    section("Top %d layers (leaf layers, by forward time; backward attributed through the "
+            "forward op)" % top, s.ranking.drop(columns=["cumulative_step_share"]),
+            s.no_layers())
+    section("Layer types", s.types, s.no_layers())
+    section("Top %d ops (by self time)" % top, s.ops if s.has_gpu else
+            s.ops.drop(columns=["gpu_ns", "gpu_self_ns"]),
+            "no ops recorded (level L)" if "L" not in str(s.levels) else "no ops in the "
+            "iterations")
     if s.has_gpu:
         section("Top %d kernels" % top, s.kernels, "no kernels recorded")
         g = s.gpu_total()
@@ -174,8 +290,13 @@ def _barh(labels, values, title, xlabel, stacked=None):
     return _png(fig)
 
 
+def _int_ticks(ax):
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _plots(s):
-    """[(alt text, base64 PNG)] for the summary's figures; [] without matplotlib."""
+    """[(alt text, base64 PNG)] for the summary's figures; None without matplotlib."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -183,21 +304,43 @@ def _plots(s):
     plots = []
     if len(s.iters) > 1:
         from matplotlib.figure import Figure
-        fig = Figure(figsize=(7, 2.5))
+        fig = Figure(figsize=(7, 2.8))
         ax = fig.add_subplot()
-        ax.plot(s.iters["iteration"], s.iters["latency_ns"] / 1e6, marker="o")
+        it = s.iters["iteration"].to_numpy()
+        if s.iteration_kind == "step":
+            bottom = np.zeros(len(it))
+            for name, color in (("forward", "#4c72b0"), ("toplevel_layers", "#8172b2"),
+                                ("backward", "#dd8452"), ("optimizer", "#55a868"),
+                                ("other", "#bbbbbb")):
+                v = np.clip(s.phases[name + "_ns"].to_numpy(float), 0, None) / 1e6
+                if not v.any():
+                    continue
+                ax.bar(it, v, bottom=bottom, color=color,
+                       label={"toplevel_layers": "loss, top-level layers"}.get(name, name))
+                bottom += v
+            ax.legend(loc="upper right", fontsize=7)
+            ax.set_title("Step latency per iteration, by phase")
+        else:
+            ax.plot(it, s.iters["latency_ns"] / 1e6, marker="o")
+            ax.set_title("Latency per iteration")
         ax.set_xlabel("iteration")
         ax.set_ylabel("latency (ms)")
-        ax.set_title("Model latency per iteration")
-        plots.append(("Model latency per iteration", _png(fig)))
+        _int_ticks(ax)
+        plots.append(("Latency per iteration", _png(fig)))
     if len(s.ranking):
-        plots.append(("Top layers by latency", _barh(
-            s.ranking["name"], s.ranking["total_ns"] / 1e3, "Top layers by latency",
-            "total latency (us)")))
+        plots.append(("Top layers: forward and backward time", _barh(
+            s.ranking["name"], None, "Top layers: forward and backward time (all calls)",
+            "time (us)", stacked=[
+                ("forward", s.ranking["total_ns"].to_numpy(float) / 1e3, "#4c72b0"),
+                ("backward", s.ranking["backward_ns"].to_numpy(float) / 1e3, "#dd8452")])))
     if len(s.types):
-        plots.append(("Layer types by latency", _barh(
-            s.types["type"], s.types["total_ns"] / 1e3, "Layer types by latency",
-            "total latency (us)")))
+        plots.append(("Layer types: forward and backward time", _barh(
+            s.types["type"], None, "Layer types: forward and backward time", "time (us)",
+            stacked=[("forward", s.types["total_ns"].to_numpy(float) / 1e3, "#4c72b0"),
+                     ("backward", s.types["backward_ns"].to_numpy(float) / 1e3, "#dd8452")])))
+    if len(s.ops):
+        plots.append(("Top ops by self time", _barh(
+            s.ops["name"], s.ops["self_ns"] / 1e3, "Top ops by self time", "self time (us)")))
     if s.has_gpu and len(s.kernels):
         plots.append(("Top kernels by GPU time", _barh(
             s.kernels["name"], s.kernels["total_ns"] / 1e3, "Top kernels by GPU time",
@@ -219,17 +362,31 @@ def _plots(s):
     return plots
 
 
+def _timeline_window(s):
+    """(start, end, label) of the iteration the timeline shows: the median one by latency,
+    so that neither the first (slow) call nor an outlier is what the reader sees."""
+    if not len(s.iters):
+        return None
+    lat = s.iters["latency_ns"].to_numpy()
+    j = int(np.argsort(lat, kind="stable")[len(lat) // 2])
+    start = int(s.iters["start_ns"].iloc[j])
+    return start, start + int(lat[j]), "iteration %d (the median by latency)" % j
+
+
 def html_fragment(source, top=10):
     """The report as an HTML fragment (a <div>), as Jupyter shows it."""
+    from . import _html
     s = _Summary(source, top)
-    esc = _html.escape
+    esc = _html_mod.escape
     parts = ['<div class="xsp-report"><style>%s</style>' % _CSS]
     head = s.headline()
     parts.append("<h2>%s</h2>" % esc(head[0]))
     parts.extend("<p>%s</p>" % esc(ln) for ln in head[1:])
 
-    def table(title, df, empty):
+    def table(title, df, empty, note=None):
         parts.append("<h3>%s</h3>" % esc(title))
+        if note:
+            parts.append("<p>%s</p>" % esc(note))
         if df is None or not len(df):
             parts.append("<p>%s</p>" % esc(empty))
         else:
@@ -237,13 +394,41 @@ def html_fragment(source, top=10):
 
     if s.overhead is not None:
         table("Overhead per level", s.overhead, "-")
-    table("Top %d layers" % top, s.ranking, "No layers recorded (level L).")
-    table("Layer types", s.types, "No layers recorded (level L).")
+        parts.extend("<p>%s</p>" % esc(n) for n in _overhead_notes(s.overhead))
+    if s.iteration_kind == "step" and len(s.phases):
+        table("Iterations, by phase", s.phases, "-",
+              "forward: the model calls; toplevel_layers: the loss and other top-level layer "
+              "calls; backward: autograd's backward functions; optimizer: Optimizer.step and "
+              "zero_grad; other: the rest of the step")
+    table("Top %d layers" % top, s.ranking, s.no_layers(),
+          "leaf layers in the iterations, by forward time; backward through the forward op; "
+          "'of forward' is of the model and top-level layer calls, 'of step (fwd+bwd)' is "
+          "forward plus backward of the iterations' time")
+    table("Layer types", s.types, s.no_layers())
+    table("Top %d ops" % top, s.ops if s.has_gpu else s.ops.drop(columns=["gpu_ns",
+                                                                          "gpu_self_ns"]),
+          "no ops in the iterations", "aten ops in the iterations, by self time (total counts "
+          "nested calls of the same op too, as torch.profiler does)")
     if s.has_gpu:
         table("Top %d kernels" % top, s.kernels, "No kernels recorded.")
         table("GPU vs CPU per layer", s.gvc, "-")
     else:
         parts.append("<h3>Kernels, GPU vs CPU</h3><p>Level G was not recorded.</p>")
+    trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
+    if trace is None and s.measurement is not None:
+        trace = s.measurement.trace
+    win = _timeline_window(s) if trace is not None and s.measurement is None else None
+    if win is not None:
+        parts.append("<h3>Timeline of %s</h3>" % esc(win[2]))
+        parts.append(_html.timeline_svg(trace, win[0], win[1]))
+    if trace is not None:
+        root = None
+        if win is not None and len(s.iters):
+            j = int(np.argsort(s.iters["latency_ns"].to_numpy(), kind="stable")[
+                len(s.iters) // 2])
+            root = int(s.iters["id"].iloc[j])
+        parts.append("<h3>Tree%s</h3>" % (" of that iteration" if root is not None else ""))
+        parts.append(_html.tree_html(trace, root=root))
     plots = _plots(s)
     parts.append("<h3>Plots</h3>")
     if plots is None:
@@ -256,8 +441,9 @@ def html_fragment(source, top=10):
 
 
 def html(source, path=None, top=10):
-    """The report as one self-contained HTML document (tables and embedded PNG plots).
-    Written to path (atomically) when given; returns the document as a str."""
+    """The report as one self-contained HTML document (tables, an SVG timeline of one
+    iteration, the collapsible tree and embedded PNG plots).  Written to path (atomically)
+    when given; returns the document as a str."""
     s_frag = html_fragment(source, top=top)
     doc = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>xsp report</title>"
            "</head><body>\n%s\n</body></html>\n" % s_frag)
@@ -267,55 +453,21 @@ def html(source, path=None, top=10):
 
 
 # -- comparing two traces --------------------------------------------------------------------
-def compare(before, after, top=None):
-    """Per layer and per kernel name, time per iteration before and after: returns (layers,
-    kernels), two DataFrames with name, before_ns, after_ns, delta_ns (after - before) and
-    delta_share (delta / before; NaN where before is 0 or missing), largest absolute delta
-    first.  Layers are leaf layers by qualified name, kernels by name; a side's time is the
-    total latency (layers) or GPU time (kernels) divided by its number of iterations, so
-    traces of different lengths compare.  A name found on one side only has NaN on the
-    other."""
-    def side(src_b, src_a, fn, key):
-        b = fn(src_b)
-        a = fn(src_a)
-        nb = max(len(src_b.iterations()), 1)
-        na = max(len(src_a.iterations()), 1)
-        b = b.set_index(key)["total_ns"] / nb if len(b) else pd.Series(dtype=float)
-        a = a.set_index(key)["total_ns"] / na if len(a) else pd.Series(dtype=float)
-        df = pd.DataFrame({"before_ns": b.astype(float), "after_ns": a.astype(float)})
-        df["delta_ns"] = df["after_ns"] - df["before_ns"]
-        df["delta_share"] = df["delta_ns"] / df["before_ns"].where(df["before_ns"] > 0)
-        df = df.reset_index().rename(columns={"index": key})
-        df = df.iloc[np.argsort(-df["delta_ns"].abs().fillna(np.inf).to_numpy(),
-                                kind="stable")].reset_index(drop=True)
-        return df if top is None else df.head(top)
-
-    sb, sa = A._src(before), A._src(after)
-    layers = side(sb, sa, A.layer_ranking, "name")
-    kern = side(sb, sa, A.kernels_by_name, "name")
-    return layers, kern
+def compare(before, after, top=None, *, k=2.0):
+    """Compares two runs: xsp.compare.compare(before, after, k=k), a Comparison (layers matched
+    by name and type, summary, ops, kernels, each change judged against the runs' noise;
+    docs/analyses.md, "Comparing two runs").  With top, its layers, ops and kernels tables
+    keep their first top rows (Comparison.head)."""
+    from .compare import compare as _compare_runs
+    c = _compare_runs(before, after, k=k)
+    return c if top is None else c.head(top)
 
 
-def compare_text(before, after, top=20, names=("before", "after")):
-    """compare() as text: model latency before/after, then the layer and kernel tables."""
-    lb = A.model_latency(before)["latency_ns"]
-    la = A.model_latency(after)["latency_ns"]
-    layers, kern = compare(before, after, top=top)
-    out = ["xsp compare: %s -> %s" % names]
-    mb = float(lb.mean()) if len(lb) else np.nan
-    ma = float(la.mean()) if len(la) else np.nan
-    d = ma - mb
-    out.append("model latency (mean per iteration): %s -> %s (%s%s, %s)" % (
-        fmt_ns(mb), fmt_ns(ma), "+" if d >= 0 else "", fmt_ns(d),
-        fmt_share(d / mb if mb else np.nan)))
-    for title, df in (("Layers", layers), ("Kernels", kern)):
-        out.append("")
-        out.append("%s (largest change first)" % title)
-        if not len(df):
-            out.append("  none recorded")
-            continue
-        out.extend("  " + ln for ln in _pretty(df).to_string(index=False).splitlines())
-    return printable("\n".join(out) + "\n")
+def compare_text(before, after, top=20, names=("before", "after"), *, k=2.0):
+    """compare() as text (Comparison.text): the summary (iteration latency and phases), the
+    layers added, removed and retyped, then the layer, op and kernel tables."""
+    from .compare import compare as _compare_runs
+    return _compare_runs(before, after, k=k).text(top=top, names=names)
 
 
 __all__ = ["text", "html", "html_fragment", "compare", "compare_text", "fmt_ns"]

@@ -1,6 +1,6 @@
 """The analyses of xsp.analysis on hand-built traces with known numbers (docs/analyses.md).
 
-The GPU trace: two iterations of a model with layers fc1 (Linear), act (ReLU), fc2 (Linear);
+The GPU trace: two iterations (steps between step() calls: step#1, step#2) of a model with layers fc1 (Linear), act (ReLU), fc2 (Linear);
 kernels on a stream track hang under the ops (or, in the second iteration, directly under the
 layers) that launched them; one memcpy.  Every expected value below is worked out by hand from
 the span list.
@@ -25,7 +25,7 @@ def S(name, kind, start, end, parent=None, thread=0, **attrs):
 def gpu_trace():
     spans = [
         S("prof", "region", 0, 1000),                                      # 0
-        S("step#0", "step", 0, 500, 0),                                    # 1
+        S("step#1", "step", 0, 500, 0),                                    # 1
         S("Net", "model", 10, 490, 1, type="Net"),                         # 2
         S("fc1", "module", 20, 220, 2, type="Linear"),                     # 3
         S("aten::linear", "op", 30, 210, 3),                               # 4
@@ -42,7 +42,7 @@ def gpu_trace():
         S("cudaMemcpyAsync", "runtime", 340, 345, 14),                     # 15
         S("Memcpy HtoD", "memcpy", 350, 370, 14, 1, bytes=64),             # 16
         S("gemm", "kernel", 380, 440, 14, 1, flops=1200, dram_bytes=60),   # 17
-        S("step#1", "step", 500, 1000, 0),                                 # 18
+        S("step#2", "step", 500, 1000, 0),                                 # 18
         S("Net", "model", 510, 990, 18, type="Net"),                       # 19
         S("fc1", "module", 520, 700, 19, type="Linear"),                   # 20
         S("gemm", "kernel", 530, 650, 20, 1, flops=2400, dram_bytes=120),  # 21
@@ -76,8 +76,8 @@ def test_model_latency_per_iteration_and_throughput():
     df = A.model_latency(gpu_trace(), batch_size=8)
     assert list(df.columns) == ["iteration", "id", "name", "kind", "start_ns", "latency_ns",
                                 "throughput_per_s"]
-    assert rows(df) == [(0, 1, "step#0", "step", 0, 500, 8e9 / 500),
-                        (1, 18, "step#1", "step", 500, 500, 8e9 / 500)]
+    assert rows(df) == [(0, 1, "step#1", "step", 0, 500, 8e9 / 500),
+                        (1, 18, "step#2", "step", 500, 500, 8e9 / 500)]
     assert A.model_latency(gpu_trace())["throughput_per_s"].isna().all()
     # without steps the model spans are the iterations
     assert rows(A.model_latency(cpu_trace())[["id", "name", "latency_ns"]]) == [(1, "Net", 300)]
@@ -87,8 +87,9 @@ def test_model_latency_per_iteration_and_throughput():
 
 def test_layer_table():
     df = A.layers(gpu_trace())
-    assert list(df.columns) == ["index", "id", "name", "type", "depth", "leaf", "latency_ns",
-                                "self_ns", "allocated_bytes"]
+    assert list(df.columns) == ["index", "id", "name", "type", "depth", "leaf", "iteration",
+                                "latency_ns", "self_ns", "allocated_bytes"]
+    assert df["iteration"].tolist() == [0, 0, 0, 1, 1, 1]
     assert rows(df[["index", "id", "name", "type", "depth", "leaf", "latency_ns"]]) == [
         (0, 3, "fc1", "Linear", 0, True, 200), (1, 8, "act", "ReLU", 0, True, 70),
         (2, 12, "fc2", "Linear", 0, True, 170), (3, 20, "fc1", "Linear", 0, True, 180),
@@ -136,13 +137,19 @@ def test_layer_table_shapes_memory_and_nesting():
 
 def test_layer_ranking_and_types():
     df = A.layer_ranking(gpu_trace())
-    assert rows(df) == [(1, "fc2", "Linear", 2, 390, 195, 0, 0.39, 0.39),
-                        (2, "fc1", "Linear", 2, 380, 190, 0, 0.38, 0.77),
-                        (3, "act", "ReLU", 2, 110, 55, 0, 0.11, 0.88)]
+    # forward time: the two Net calls, 480 + 480; the iterations' time: 500 + 500
+    assert list(df.columns) == ["rank", "name", "type", "calls", "total_ns", "mean_ns",
+                                "backward_ns", "forward_share", "step_share",
+                                "cumulative_step_share"]
+    assert rows(df) == [(1, "fc2", "Linear", 2, 390, 195, 0, 390 / 960, 0.39, 0.39),
+                        (2, "fc1", "Linear", 2, 380, 190, 0, 380 / 960, 0.38, 0.77),
+                        (3, "act", "ReLU", 2, 110, 55, 0, 110 / 960, 0.11, 0.88)]
     assert rows(A.layer_ranking(gpu_trace(), n=1))[0][1] == "fc2"
     t = A.layer_types(gpu_trace())
-    assert list(t.columns) == ["type", "count", "total_ns", "count_share", "latency_share"]
-    assert rows(t) == [("Linear", 4, 770, 4 / 6, 0.77), ("ReLU", 2, 110, 2 / 6, 0.11)]
+    assert list(t.columns) == ["type", "count", "total_ns", "backward_ns", "count_share",
+                               "forward_share", "step_share"]
+    assert rows(t) == [("Linear", 4, 770, 0, 4 / 6, 770 / 960, 0.77),
+                       ("ReLU", 2, 110, 0, 2 / 6, 110 / 960, 0.11)]
 
 
 def test_kernel_table():
@@ -320,22 +327,25 @@ def test_work_on_other_threads_belongs_to_the_iteration_it_started_in():
     # during step#0; its kernel counts towards that iteration's GPU work
     spans = [
         S("prof", "region", 0, 1000),                                  # 0
-        S("step#0", "step", 0, 500, 0),                                # 1
+        S("step#1", "step", 0, 500, 0),                                # 1
         S("Net", "model", 10, 200, 1, type="Net"),                     # 2
         S("fc", "module", 20, 190, 2, type="Linear"),                  # 3
         S("gemm", "kernel", 30, 130, 3, 1),                            # 4
         S("MmBackward0", "backward", 300, 450, 0, 2),                  # 5
         S("gemm_bw", "kernel", 310, 400, 5, 1),                        # 6
-        S("step#1", "step", 500, 1000, 0),                             # 7
+        S("step#2", "step", 500, 1000, 0),                             # 7
         S("late", "backward", 1001, 1002, 0, 2),                       # 8: after every step
         S("k_late", "kernel", 1001, 1002, 8, 1),                       # 9
     ]
     tr = xsp.Trace.from_spans(spans, threads=[(11, "main", 0), (STREAM, "s", 1),
                                                (12, "autograd", 0)], meta={"levels": "MLG"})
     g = A.gpu_vs_cpu(tr)
+    # step#2 is the tail after the last step(): no model call in it, so not an iteration
+    assert rows(A.model_latency(tr)[["id", "latency_ns"]]) == [(1, 500)]
     assert rows(g[g["layer"] == "(model)"][["latency_ns", "gpu_ns", "cpu_ns"]]) == [
-        (1000, 100 + 90, 1000 - 190)]
-    assert A.kernels_by_name(tr)["count"].sum() == 3      # every kernel is listed
+        (500, 100 + 90, 500 - 190)]
+    assert A.kernels(tr)["iteration"].tolist() == [0, 0, -1]   # every kernel is listed
+    assert A.kernels_by_name(tr)["count"].sum() == 2      # those in iterations are counted
 
 
 def test_level_l_alone_iterations_are_the_top_level_calls():

@@ -85,8 +85,9 @@ def test_run_html_report(ran):
     p.feed((d / "a.html").read_text())
     assert p.tags[0] == "html" and "table" in p.tags
     assert "xsp report: train.py" in p.text and "Top 3 layers" in p.text
-    # latency per iteration, top layers, layer types (none without matplotlib: it says so)
-    assert len(p.imgs) == (3 if HAVE_MPL else 0)
+    # latency per iteration, top layers, layer types, top ops (none without matplotlib: it
+    # says so)
+    assert len(p.imgs) == (4 if HAVE_MPL else 0)
     assert all(i["src"].startswith("data:image/png;base64,iVBOR") for i in p.imgs)
 
 
