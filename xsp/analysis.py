@@ -476,8 +476,9 @@ def layer_types(source):
 
 def ops(source, by_shape=False, sort="self_ns", n=None):
     """The op table, like torch.profiler's key_averages: one row per op name (and per input
-    shapes with by_shape, from an op's "shapes" attribute) over the ops in the iterations:
-    name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
+    shapes with by_shape, from an op's "shapes" attribute) over the ops in the iterations,
+    an op that is the only child of an op of the same name (a redispatch) merged into it as
+    torch.profiler does: name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
     name too, as torch.profiler does), self_ns, mean_ns (total / calls), self_share (self_ns /
     the iterations' time), and with level G gpu_ns (the GPU work launched inside the op,
     nested ops included) and gpu_self_ns (launched by the op itself, not a nested op); NaN
@@ -492,6 +493,18 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
         raise ValueError("this trace has no op input shapes (by_shape=True needs an op "
                          "attribute 'shapes')")
     sel = (src.kind == "op") & (src.iteration_of() >= 0)
+    # torch.profiler's rule (EventList._remove_dup_nodes): an op that is the only child of an
+    # op of the same name (a redispatch to another overload) is one call, not two
+    n_spans = len(src.df)
+    par = src.parent
+    has_p = par >= 0
+    kids = np.bincount(par[has_p], minlength=n_spans) if n_spans else np.zeros(0, np.int64)
+    names = src.df["name"].to_numpy()
+    dup = np.zeros(n_spans, dtype=bool)
+    pp = np.nonzero(has_p & sel)[0]
+    q = par[pp]
+    dup[pp] = (src.kind[q] == "op") & (names[q] == names[pp]) & (kids[q] == 1)
+    sel &= ~dup
     ids = np.nonzero(sel)[0]
     if not len(ids):
         return _empty(cols)

@@ -2,16 +2,17 @@
 
     xsp run [--levels ML] [-o trace.xsp] [--chrome t.json] [--html r.html] script.py [args...]
     xsp run [...] -m package.module [args...]
-    xsp summary trace.xsp [--top N] [--tree DEPTH]
+    xsp summary trace.xsp [--top N] [--sort self|total|calls|mean|gpu|gpu_self] [--tree DEPTH]
     xsp export trace.xsp -o trace.json            (Chrome trace JSON, for Perfetto)
     xsp report trace.xsp -o report.html           (the self-contained HTML report)
-    xsp compare before.xsp after.xsp [--top N]
+    xsp compare before.xsp after.xsp [--top N] [--fail-above PCT]
 
 Errors (bad arguments, a missing or corrupt file) are one line on stderr, `xsp: error: ...`:
 exit status 2 for what the argument parser rejects (an unknown command or option, a missing
 argument), 1 for everything else (a bad value, a missing or corrupt file).  `xsp run` exits
 with the script's own status (130 after Ctrl-C); the trace is written even when the script
-fails.
+fails.  `xsp compare --fail-above PCT` exits with status 3 (one line on stderr says why) when
+the step (model) latency got slower beyond noise by more than PCT percent, 0 otherwise.
 """
 import argparse
 import os
@@ -47,6 +48,11 @@ def _parser():
                    help="record M and L when G is unavailable, instead of failing")
     r.add_argument("--record-shapes", action="store_true",
                    help="record each layer call's input shapes")
+    r.add_argument("--model", metavar="CLASS[,CLASS...]",
+                   help="the model's class name(s) (or module.Class): only top-level calls of "
+                        "it are model calls, any other top-level call is a layer under the "
+                        "step (default: every top-level call but losses and lone built-in "
+                        "layers; docs/api.md)")
     r.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     r.add_argument("-m", dest="module", action="store_true",
                    help="run TARGET as a module (like python -m)")
@@ -56,8 +62,14 @@ def _parser():
     s = sub.add_parser("summary", help="print the summary of a saved trace")
     s.add_argument("trace")
     s.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
+    s.add_argument("--sort", default="self", choices=["self", "total", "calls", "mean",
+                                                       "gpu", "gpu_self"],
+                   help="sort key of the op table (default self)")
     s.add_argument("--tree", type=int, metavar="DEPTH",
-                   help="also print the span tree down to DEPTH")
+                   help="also print the span tree of one iteration down to DEPTH (spans under "
+                        "1%% of it hidden, repeated siblings folded, 60 lines at most)")
+    s.add_argument("--tree-all", action="store_true",
+                   help="with --tree: the whole trace, every span, no line limit")
 
     e = sub.add_parser("export", help="convert a saved trace (Chrome trace JSON)")
     e.add_argument("trace")
@@ -69,10 +81,14 @@ def _parser():
     h.add_argument("-o", "--output", required=True, help="HTML file to write")
     h.add_argument("--top", type=int, default=10)
 
-    c = sub.add_parser("compare", help="per layer and per kernel: before, after, delta")
+    c = sub.add_parser("compare", help="what changed between two runs, beyond their noise: "
+                       "step, phases, layers (by name and type), ops, kernels")
     c.add_argument("before")
     c.add_argument("after")
     c.add_argument("--top", type=int, default=20, help="rows per table (default 20)")
+    c.add_argument("--fail-above", type=float, metavar="PCT",
+                   help="exit with status 3 when the step latency got slower beyond noise by "
+                   "more than PCT percent (for CI)")
     return p
 
 
@@ -134,6 +150,11 @@ def _run(ns):
             raise _Fail("no such script: %s" % ns.target)
         label = os.path.basename(ns.target)
     label = printable(label)
+    models = None
+    if ns.model is not None:
+        models = [m.strip() for m in ns.model.split(",") if m.strip()]
+        if not models:
+            raise _Fail("--model: give one or more class names, e.g. --model ResNet")
     out = ns.output or (os.path.splitext(label)[0] if not ns.module
                         else ns.target.rsplit(".", 1)[-1]) + ".xsp"
     # absolute now: the script may change the working directory
@@ -149,7 +170,7 @@ def _run(ns):
     status = 0
     try:
         prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
-                           record_shapes=ns.record_shapes)
+                           record_shapes=ns.record_shapes, model=models)
         try:
             # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
             # between starting the profile and the block that stops it
@@ -209,10 +230,21 @@ def _summary(ns):
     from . import report
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
+    if ns.tree is not None and ns.tree < 0:
+        raise _Fail("--tree must be at least 0")
     trace = _load(ns.trace)
-    sys.stdout.write(report.text(trace, top=ns.top))
+    sort = {"gpu": "gpu_ns", "gpu_self": "gpu_self_ns", "calls": "calls"}.get(
+        ns.sort, ns.sort + "_ns")
+    sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
     if ns.tree is not None:
-        sys.stdout.write("\n" + trace.tree(max_depth=ns.tree) + "\n")
+        if ns.tree_all:
+            sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
+        else:
+            root, what = report.median_iteration(trace)
+            sys.stdout.write("\nTree of %s (depth <= %d; spans under 1%% hidden, repeated "
+                             "siblings folded; --tree-all for everything)\n" % (what, ns.tree))
+            sys.stdout.write(trace.tree(root=root, max_depth=ns.tree, min_share=0.01,
+                                        fold=True, max_lines=60) + "\n")
     return 0
 
 
@@ -234,11 +266,28 @@ def _report(ns):
 
 def _compare(ns):
     from . import report
+    from .compare import fmt_change
+    from ._util import fmt_ns
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
+    pct = ns.fail_above
+    if pct is not None and not 0 <= pct < float("inf"):
+        raise _Fail("--fail-above must be a percentage >= 0, not %s" % pct)
     before, after = _load(ns.before), _load(ns.after)
-    sys.stdout.write(report.compare_text(before, after, top=ns.top,
-                                         names=(ns.before, ns.after)))
+    c = report.compare(before, after)
+    sys.stdout.write(c.text(top=ns.top, names=(ns.before, ns.after)))
+    if pct is None:
+        return 0
+    sys.stdout.flush()
+    w = c.worst(pct / 100.0)
+    if w is not None:
+        sys.stderr.write("xsp compare: %s latency slower by %s, beyond the noise (%s) and "
+                         "above --fail-above %g%%\n" % (w["what"], fmt_change(
+                             w["delta_ns"], w["delta_share"]), fmt_ns(w["noise_ns"]), pct))
+        return 3
+    if min(c.iterations) < 2:
+        sys.stderr.write("xsp compare: --fail-above: a run has fewer than 2 iterations, so "
+                         "no change can be called; record more steps\n")
     return 0
 
 

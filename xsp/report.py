@@ -95,7 +95,7 @@ def _pm(mean, std):
 class _Summary:
     """Everything the reports show, computed once."""
 
-    def __init__(self, source, top):
+    def __init__(self, source, top, op_sort="self_ns"):
         self.src = A._src(source)
         # a Measurement (xsp.leveled) is recognised by duck typing, as xsp.analysis does it (a
         # span_table() method and a trace attribute; the Measurement docstring says so):
@@ -112,7 +112,8 @@ class _Summary:
         self.setup = A.setup(self.src)
         self.ranking = A.layer_ranking(self.src, n=top)
         self.types = A.layer_types(self.src)
-        self.ops = A.ops(self.src, n=top)
+        self.op_sort = op_sort
+        self.ops = A.ops(self.src, sort=op_sort, n=top)
         self.kernels = A.kernels_by_name(self.src).head(top)
         self.gvc = A.gpu_vs_cpu(self.src)
         self.has_gpu = self.src.has_gpu
@@ -210,11 +211,23 @@ def _overhead_notes(ov):
     return out
 
 
-def text(source, top=10):
+def median_iteration(source):
+    """(span id, description) of the median iteration by latency, for a tree or timeline of a
+    typical iteration; (None, "the whole trace") when there is none."""
+    it = A.model_latency(source)
+    if not len(it):
+        return None, "the whole trace"
+    j = int(np.argsort(it["latency_ns"].to_numpy(), kind="stable")[len(it) // 2])
+    return int(it["id"].iloc[j]), "iteration %d (%s, the median of %d by latency)" % (
+        j, it["name"].iloc[j], len(it))
+
+
+def text(source, top=10, op_sort="self_ns"):
     """The readable summary: headline (iterations, setup, step latency with its spread and
     the phases of a step), overhead per level (measurements), top layers, layer types, top
-    ops, top kernels and GPU against CPU time.  Returns a str."""
-    s = _Summary(source, top)
+    ops (sorted by op_sort, a column of xsp.analysis.ops), top kernels and GPU against CPU
+    time.  Returns a str."""
+    s = _Summary(source, top, op_sort)
     out = s.headline()
 
     def section(title, df, empty):
@@ -232,7 +245,7 @@ def text(source, top=10):
             "forward op)" % top, s.ranking.drop(columns=["cumulative_step_share"]),
             s.no_layers())
     section("Layer types", s.types, s.no_layers())
-    section("Top %d ops (by self time)" % top, s.ops if s.has_gpu else
+    section("Top %d ops (by %s)" % (top, header(s.op_sort)), s.ops if s.has_gpu else
             s.ops.drop(columns=["gpu_ns", "gpu_self_ns"]),
             "no ops recorded (level L)" if "L" not in str(s.levels) else "no ops in the "
             "iterations")

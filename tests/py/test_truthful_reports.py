@@ -1,0 +1,323 @@
+"""What the reports say about an ordinary training loop (docs/analyses.md, "Iterations",
+"Phases of a step", "Models and layers"): iterations equal the user's steps, the setup before
+the first step() is shown and never an iteration, a loss or a lone layer is a layer and not a
+model, each figure says what it is, the op table, units in the cells, noise."""
+import re
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import xsp
+from xsp import analysis as A
+from xsp import report
+
+
+def S(name, kind, start, end, parent=None, thread=0, **attrs):
+    return {"name": name, "kind": kind, "start_ns": start, "end_ns": end, "parent": parent,
+            "thread": thread, "attrs": attrs}
+
+
+def rows(df):
+    return [tuple(None if (isinstance(v, float) and np.isnan(v)) else v for v in r)
+            for r in df.itertuples(index=False)]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def train(steps, step_first=False, tail=False, model=None):
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    lossf = nn.CrossEntropyLoss()
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 3])
+    with xsp.profile(levels="ML", model=model) as prof:
+        torch.ones(2)                   # setup work before any model call
+        for _ in range(steps):
+            if step_first:
+                xsp.step()
+            opt.zero_grad()
+            loss = lossf(net(x), y)
+            loss.backward()
+            opt.step()
+            if not step_first:
+                xsp.step()
+        if tail:
+            torch.zeros(3)              # a leftover after the last step(): no model call
+    return prof.trace
+
+
+def test_five_steps_give_five_iterations_step_at_the_end():
+    tr = train(5)
+    steps = tr.spans(kind="step")
+    assert [s.name for s in steps] == ["step#%d" % i for i in range(5)]
+    it = A.model_latency(tr)
+    assert it["iteration"].tolist() == [0, 1, 2, 3, 4]
+    assert it["name"].tolist() == ["step#%d" % i for i in range(5)]
+    # iteration 0 is carved from step#0: from its first model call to the first step()
+    first_call = [s for s in tr.spans(kind="model") if s.parent == steps[0].id][0]
+    assert it["start_ns"].iloc[0] == first_call.start_ns
+    assert it["latency_ns"].iloc[0] == steps[0].end_ns - first_call.start_ns
+    assert it["latency_ns"].iloc[1:].tolist() == [s.duration_ns for s in steps[1:]]
+    su = A.setup(tr)
+    assert su == {"id": steps[0].id, "start_ns": steps[0].start_ns,
+                  "duration_ns": first_call.start_ns - steps[0].start_ns}
+    # the setup's op is in no iteration; everything of the first model call is
+    of = A._src(tr).iteration_of()
+    ones = [s for s in tr.spans(name="aten::ones")][0]
+    assert of[ones.id] == -1 and of[first_call.id] == 0
+    txt = report.text(tr)
+    assert "5 iterations: steps (the work between step() calls)" in txt
+    assert "setup (before the first step() and its first model call; not an iteration): %s" \
+        % xsp._util.fmt_ns(su["duration_ns"]) in txt
+
+
+def test_five_steps_give_five_iterations_step_at_the_start_and_a_tail_is_dropped():
+    tr = train(5, step_first=True)
+    it = A.model_latency(tr)
+    # step#0 holds no model call: it is all setup; step#5, after the last step(), holds the
+    # fifth iteration's model call: an iteration
+    assert it["name"].tolist() == ["step#%d" % i for i in range(1, 6)]
+    s0 = tr.spans(name="step#0")[0]
+    assert A.setup(tr) == {"id": s0.id, "start_ns": s0.start_ns, "duration_ns": s0.duration_ns}
+    tr = train(5, tail=True)
+    assert [s.name for s in tr.spans(kind="step")] == ["step#%d" % i for i in range(6)]
+    assert A.model_latency(tr)["name"].tolist() == ["step#%d" % i for i in range(5)]
+    zeros = tr.spans(name="aten::zeros")[0]
+    assert A._src(tr).iteration_of()[zeros.id] == -1
+
+
+def test_the_loss_is_a_layer_not_a_model():
+    tr = train(2)
+    assert [s.name for s in tr.spans(kind="model")] == ["Net", "Net"]
+    losses = tr.spans(name="CrossEntropyLoss")
+    assert [(s.kind, s.level, s.parent_span.kind) for s in losses] == [("module", "L", "step")] * 2
+    lr = A.layer_ranking(tr)
+    assert sorted(lr["name"]) == ["CrossEntropyLoss", "act", "fc"]
+    ph = A.phases(tr)
+    loss_ns = [s.duration_ns for s in losses]
+    assert ph["toplevel_layers_ns"].tolist() == loss_ns
+
+
+def test_a_lone_linear_is_a_layer_and_a_named_one_is_a_model_and_its_layer():
+    lin, x = nn.Linear(4, 4), torch.randn(2, 4)
+    with xsp.profile(levels="ML") as prof:
+        for _ in range(3):
+            lin(x)
+            prof.step()
+    tr = prof.trace
+    assert tr.spans(kind="model") == []
+    assert [s.kind for s in tr.spans(name="Linear")] == ["module"] * 3
+    lr = A.layer_ranking(tr)
+    assert rows(lr[["name", "type", "calls"]]) == [("Linear", "Linear", 3)]
+    assert len(A.model_latency(tr)) == 3
+    assert "no layer" not in report.text(tr)
+    with xsp.profile(levels="ML", model=lin) as prof:
+        for _ in range(3):
+            lin(x)
+            prof.step()
+    tr = prof.trace
+    assert [s.kind for s in tr.spans(name="Linear")] == ["model"] * 3
+    assert rows(A.layer_ranking(tr)[["name", "type", "calls"]]) == [("Linear", "Linear", 3)]
+    # a user's own module without submodules is a model by default
+    class Own(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    with xsp.profile(levels="ML") as prof:
+        Own()(x)
+    assert [s.kind for s in prof.trace.spans(name="Own")] == ["model"]
+
+
+def test_model_named_by_class_name_or_class_and_bad_values():
+    tr = train(2, model="Net")
+    assert [s.name for s in tr.spans(kind="model")] == ["Net", "Net"]
+    tr = train(1, model=[Net, "CrossEntropyLoss"])
+    assert sorted(s.name for s in tr.spans(kind="model")) == ["CrossEntropyLoss", "Net"]
+    tr = train(1, model=nn.Linear)          # no call of Net is the model now: a layer
+    assert tr.spans(kind="model") == []
+    assert [s.kind for s in tr.spans(name="Net")] == ["module"]
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        xsp.profile(levels="ML", model=3)
+    with pytest.raises(ValueError, match="empty list"):
+        xsp.profile(levels="ML", model=[])
+
+
+def phase_trace():
+    spans = [
+        S("prof", "region", 0, 1000),                                               # 0
+        S("step#1", "step", 0, 500, 0),                                             # 1
+        S("Optimizer.zero_grad#SGD.zero_grad", "scope", 5, 15, 1),                  # 2
+        S("Net", "model", 20, 220, 1, type="Net"),                                  # 3
+        S("fc", "module", 30, 130, 3, type="Linear"),                               # 4
+        S("aten::linear", "op", 40, 120, 4, seq=3),                                 # 5
+        S("aten::addmm", "op", 50, 110, 5),                                         # 6
+        S("act", "module", 140, 210, 3, type="ReLU"),                               # 7
+        S("aten::relu", "op", 150, 200, 7, seq=4),                                  # 8
+        S("CrossEntropyLoss", "module", 230, 260, 1, type="CrossEntropyLoss"),      # 9
+        S("aten::cross_entropy_loss", "op", 235, 255, 9),                           # 10
+        S("autograd::engine::evaluate_function: ReluBackward0", "op", 270, 300, 1),  # 11
+        S("ReluBackward0", "backward", 275, 295, 11, fwd_op=8),                     # 12
+        S("autograd::engine::evaluate_function: AddmmBackward0", "op", 300, 360, 1),  # 13
+        S("AddmmBackward0", "backward", 305, 355, 13, fwd_op=5),                    # 14
+        S("aten::mm", "op", 310, 350, 14),                                          # 15
+        S("Optimizer.step#SGD.step", "scope", 400, 460, 1),                         # 16
+        S("aten::add_", "op", 410, 420, 16),                                        # 17
+        S("aten::add_", "op", 430, 440, 16),                                        # 18
+        S("step#2", "step", 500, 1000, 0),                                          # 19
+        S("Net", "model", 520, 720, 19, type="Net"),                                # 20
+        S("fc", "module", 530, 600, 20, type="Linear"),                             # 21
+        S("aten::linear", "op", 540, 590, 21),                                      # 22
+        S("act", "module", 610, 700, 20, type="ReLU"),                              # 23
+        S("aten::relu", "op", 620, 690, 23),                                        # 24
+    ]
+    return xsp.Trace.from_spans(spans, meta={"levels": "ML", "region": "prof"})
+
+
+def test_phases_of_a_step_exact():
+    ph = A.phases(phase_trace())
+    assert list(ph.columns) == ["iteration", "step_ns", "forward_ns", "toplevel_layers_ns",
+                                "backward_ns", "optimizer_ns", "other_ns"]
+    # step 1: forward 200, loss 30, backward 30 + 60, optimizer 10 + 60, other the rest
+    assert rows(ph) == [(0, 500, 200, 30, 90, 70, 500 - 200 - 30 - 90 - 70),
+                        (1, 500, 200, 0, 0, 0, 300)]
+
+
+def test_layer_shares_of_forward_and_of_step_exact():
+    tr = phase_trace()
+    lr = A.layer_ranking(tr)
+    # forward time: the Net calls and the loss, 200 + 30 + 200; the steps' time: 1000.
+    # backward through the forward op: ReluBackward0 (20) -> act, AddmmBackward0 (50) -> fc
+    got = {r[0]: r[1:] for r in rows(lr[["name", "calls", "total_ns", "backward_ns",
+                                          "forward_share", "step_share"]])}
+    assert got == {"fc": (2, 170, 50, 170 / 430, 220 / 1000),
+                   "act": (2, 160, 20, 160 / 430, 180 / 1000),
+                   "CrossEntropyLoss": (1, 30, 0, 30 / 430, 30 / 1000)}
+    assert lr["name"].tolist() == ["fc", "act", "CrossEntropyLoss"]
+    assert lr["cumulative_step_share"].tolist() == pytest.approx([0.22, 0.40, 0.43])
+
+
+def test_op_table_exact():
+    tr = phase_trace()
+    ops = A.ops(tr)
+    assert list(ops.columns) == ["name", "calls", "total_ns", "self_ns", "mean_ns",
+                                 "self_share", "gpu_ns", "gpu_self_ns"]
+    got = {r[0]: r[1:6] for r in rows(ops)}
+    assert got["aten::linear"] == (2, 80 + 50, 20 + 50, 65, 70 / 1000)
+    assert got["aten::add_"] == (2, 20, 20, 10, 20 / 1000)
+    assert got["aten::mm"] == (1, 40, 40, 40, 40 / 1000)
+    assert ops["gpu_ns"].isna().all()            # no level G: unknown, not 0
+    assert ops["self_ns"].tolist() == sorted(ops["self_ns"].tolist(), reverse=True)
+    assert A.ops(tr, sort="calls", n=1)["name"].tolist() == ["aten::linear"]
+    with pytest.raises(ValueError, match="sort must be one of"):
+        A.ops(tr, sort="nope")
+    with pytest.raises(ValueError, match="no op input shapes"):
+        A.ops(tr, by_shape=True)
+
+
+def test_op_table_gpu_columns_exact():
+    from test_analysis import gpu_trace
+    ops = A.ops(gpu_trace())
+    got = {r[0]: (r[1], r[6], r[7]) for r in rows(ops)}
+    # aten::addmm launched gemm (100) in step 1, and the memcpy (20) and gemm (60) in fc2;
+    # aten::linear holds them (inclusive) but launched nothing itself
+    assert got["aten::addmm"] == (2, 100 + 20 + 60, 100 + 20 + 60)
+    assert got["aten::linear"] == (2, 180, 0)
+    assert got["aten::relu"] == (1, 20, 20)
+
+
+def test_op_table_calls_equal_torch_profilers_key_averages():
+    torch.manual_seed(0)
+    net, lossf = Net(), nn.CrossEntropyLoss()
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 3])
+
+    def step():
+        lossf(net(x), y).backward()
+
+    step()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        step()
+    theirs = {e.key: e.count for e in p.key_averages() if e.key.startswith("aten::")}
+    with xsp.profile(levels="ML") as prof:
+        step()
+        prof.step()
+    ops = A.ops(prof.trace)
+    mine = {k: v for k, v in zip(ops["name"], ops["calls"]) if k.startswith("aten::")}
+    assert mine == theirs
+
+
+def test_units_in_cells_never_in_headers():
+    txt = report.text(phase_trace())
+    header_lines = [ln for ln in txt.splitlines() if ln.strip().startswith(("rank", "type",
+                                                                            "name"))]
+    assert header_lines and not any("_ns" in ln or "_share" in ln for ln in header_lines)
+    i = txt.splitlines().index("Top 10 ops (by self)")
+    first = txt.splitlines()[i + 1].split()
+    assert first == ["name", "calls", "total", "self", "mean", "self,", "of", "step"]
+    assert report.fmt_delta(-193_900) == "-193.900 us"
+    assert report.fmt_delta(1_234_567, 10_000_000) == "+1.235 ms (+12.3%)"
+    assert report.fmt_delta(-500, 1000) == "-500 ns (-50.0%)"
+    assert report.fmt_counters({"lost.cap": 2, "gpu.lost": 0, "lost.depth": 1}) == \
+        "lost.cap 2, lost.depth 1"
+    assert report.fmt_counters({}) == "none"
+    # DataFrames stay numeric
+    assert A.layer_ranking(phase_trace())["total_ns"].dtype.kind == "i"
+
+
+def test_headline_labels_each_figure():
+    lines = report.text(phase_trace()).splitlines()
+    assert lines[1] == "levels ML, 25 spans, 2 iterations: steps (the work between step() calls)"
+    assert lines[2] == "step latency: mean 500 ns ± 0 ns, median 500 ns, min 500 ns, max 500 ns"
+    assert lines[3] == ("per step (mean ± std): forward (model calls) 200 ns ± 0 ns, loss and "
+                        "top-level layers 15 ns ± 21 ns, backward 45 ns ± 64 ns, optimizer "
+                        "35 ns ± 49 ns, other 205 ns ± 134 ns")
+    assert lines[4] == "lost or dropped: none"
+
+
+def test_outlier_first_iteration_is_pointed_out():
+    spans = [S("prof", "region", 0, 10_000)]
+    t = 0
+    for i, d in enumerate([5000, 100, 110, 90]):
+        spans.append(S("step#%d" % (i + 1), "step", t, t + d, 0))
+        spans.append(S("Net", "model", t, t + d, len(spans) - 1, type="Net"))
+        t += d
+    tr = xsp.Trace.from_spans(spans, meta={"levels": "M", "region": "prof"})
+    txt = report.text(tr)
+    assert ("note: iteration 0 took 47.6x the median (the first call pays one-off costs); the "
+            "mean includes it") in txt
+
+
+def test_measure_says_when_an_overhead_is_within_the_noise():
+    from xsp.leveled import Measurement
+
+    def run(durs):
+        spans = [S("m", "region", 0, 10 ** 6)]
+        t = 0
+        for i, d in enumerate(durs):
+            spans.append(S("step#%d" % i, "step", t, t + d, 0))
+            spans.append(S("F", "model", t, t + d, len(spans) - 1, type="F"))
+            t += d
+        return xsp.Trace.from_spans(spans, meta={"levels": "M", "region": "m"})
+
+    # run M: 100, 140, 60, 120, 80 (std 28.3); run ML: +5 each: within the noise
+    m = Measurement("ML", {"M": [run([999, 100, 140, 60, 120, 80])],
+                           "ML": [run([999, 105, 145, 65, 125, 85])]},
+                    warmup=0, repeat=5, trim=0.0, batch_size=None)
+    ov = m.overhead
+    sd = np.std([100, 140, 60, 120, 80])
+    assert ov.loc[1, "added_ns"] == 5
+    assert ov.loc[1, "noise_ns"] == pytest.approx(2 * np.sqrt(2 * sd ** 2 / 5))
+    assert bool(ov.loc[1, "within_noise"])
+    txt = report.text(m)
+    assert ("M in run ML: +5 ns added is within the noise (± %s): measure with a larger "
+            "repeat to tell" % xsp._util.fmt_ns(ov.loc[1, "noise_ns"])) in txt
