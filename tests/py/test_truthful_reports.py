@@ -321,3 +321,58 @@ def test_measure_says_when_an_overhead_is_within_the_noise():
     txt = report.text(m)
     assert ("M in run ML: +5 ns added is within the noise (± %s): measure with a larger "
             "repeat to tell" % xsp._util.fmt_ns(ov.loc[1, "noise_ns"])) in txt
+
+
+SCRIPT = '''
+import torch
+from torch import nn
+import xsp
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.out(x)
+
+net, head, lossf = Net(), Head(), nn.MSELoss()
+x = torch.randn(2, 8)
+for _ in range(5):
+    lossf(head(net(x)), torch.zeros(2, 4)).backward()
+    xsp.step()
+'''
+
+
+def test_cli_run_model_and_summary_sort(tmp_path, capsys):
+    from test_cli import xsp_cmd
+    from xsp import cli
+    (tmp_path / "s.py").write_text(SCRIPT)
+    r = xsp_cmd("run", "-q", "--model", "Net", "-o", "a.xsp", "s.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    tr = xsp.load(str(tmp_path / "a.xsp"))
+    assert [s.name for s in tr.spans(kind="model")] == ["Net"] * 5
+    assert [s.kind for s in tr.spans(name="Head")] == ["module"] * 5   # a layer under the step
+    assert [s.kind for s in tr.spans(name="MSELoss")] == ["module"] * 5
+    assert len(A.model_latency(tr)) == 5
+    r = xsp_cmd("run", "-q", "-o", "b.xsp", "s.py", cwd=tmp_path)
+    tr = xsp.load(str(tmp_path / "b.xsp"))
+    assert [s.name for s in tr.spans(kind="model")] == ["Net", "Head"] * 5
+    r = xsp_cmd("run", "-q", "--model", ",", "s.py", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == ("xsp: error: --model: give one or more class "
+                                              "names, e.g. --model ResNet\n")
+    assert cli.main(["summary", str(tmp_path / "a.xsp"), "--sort", "calls", "--top", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = out.index("Top 3 ops (by calls)")
+    calls = [int(ln.split()[1]) for ln in out[i + 2:i + 5]]
+    assert calls == sorted(calls, reverse=True)
+    top = A.ops(xsp.load(str(tmp_path / "a.xsp")), sort="calls", n=3)
+    assert calls == top["calls"].tolist()
