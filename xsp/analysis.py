@@ -416,19 +416,21 @@ def _backward_by_module(src):
 
 def layer_ranking(source, n=None):
     """Leaf layers in the iterations by total forward latency, slowest first: rank (1, 2,
-    ...), name, type, calls, total_ns (forward), mean_ns (total / calls, floored), backward_ns
+    ...), name, type, calls, total_ns (forward), mean_ns (total / calls, floored), std_ns (the
+    sample standard deviation of the calls' latencies, NaN for one call), backward_ns
     (the autograd backward functions that differentiate the layer's forward ops: the module
     column), forward_share (total_ns / the iterations' forward time: model and top-level layer
     calls), step_share ((total_ns + backward_ns) / the iterations' time) and
     cumulative_step_share."""
     src = _src(source)
     leaf = _leaf_layers(src)
-    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "backward_ns",
+    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "std_ns", "backward_ns",
             "forward_share", "step_share", "cumulative_step_share"]
     if not len(leaf):
         return _empty(cols)
     g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
                                              total_ns=("latency_ns", "sum"),
+                                             std_ns=("latency_ns", "std"),
                                              first=("id", "min"))
     g = g.reset_index().sort_values(["total_ns", "first"], ascending=[False, True],
                                     kind="stable")
@@ -485,7 +487,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     without G.  Sorted by `sort` (a column name), largest first."""
     src = _src(source)
     cols = ["name"] + (["shapes"] if by_shape else []) + [
-        "calls", "total_ns", "self_ns", "mean_ns", "self_share", "gpu_ns", "gpu_self_ns"]
+        "calls", "total_ns", "self_ns", "mean_ns", "std_ns", "self_share", "gpu_ns",
+        "gpu_self_ns"]
     if sort not in cols or sort in ("name", "shapes"):
         raise ValueError("sort must be one of %s, not %r"
                          % (", ".join(c for c in cols if c not in ("name", "shapes")), sort))
@@ -526,7 +529,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
         df["gpu_self_ns"] = own[ids]
     g = df.groupby(keys, sort=False).agg(
         calls=("first", "size"), total_ns=("total_ns", "sum"), self_ns=("self_ns", "sum"),
-        first=("first", "min"),
+        std_ns=("total_ns", "std"), first=("first", "min"),
         **({"gpu_ns": ("gpu_ns", "sum"), "gpu_self_ns": ("gpu_self_ns", "sum")}
            if src.has_gpu else {})).reset_index()
     if not src.has_gpu:

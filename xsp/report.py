@@ -181,7 +181,7 @@ class _Summary:
                                     ("backward", "backward"), ("optimizer", "optimizer"),
                                     ("other", "other")):
                     v = self.phases[name + "_ns"].to_numpy()
-                    if name in ("toplevel_layers", "optimizer") and not v.any():
+                    if name in ("toplevel_layers", "backward", "optimizer") and not v.any():
                         continue
                     mean, std, _, _, _ = _spread(v)
                     parts.append("%s %s" % (label, _pm(mean, std)))

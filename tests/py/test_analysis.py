@@ -139,11 +139,15 @@ def test_layer_ranking_and_types():
     df = A.layer_ranking(gpu_trace())
     # forward time: the two Net calls, 480 + 480; the iterations' time: 500 + 500
     assert list(df.columns) == ["rank", "name", "type", "calls", "total_ns", "mean_ns",
-                                "backward_ns", "forward_share", "step_share",
+                                "std_ns", "backward_ns", "forward_share", "step_share",
                                 "cumulative_step_share"]
-    assert rows(df) == [(1, "fc2", "Linear", 2, 390, 195, 0, 390 / 960, 0.39, 0.39),
-                        (2, "fc1", "Linear", 2, 380, 190, 0, 380 / 960, 0.38, 0.77),
-                        (3, "act", "ReLU", 2, 110, 55, 0, 110 / 960, 0.11, 0.88)]
+    # std over the calls: fc2 170, 220; fc1 200, 180; act 70, 40
+    assert rows(df) == [(1, "fc2", "Linear", 2, 390, 195, np.std([170, 220], ddof=1), 0,
+                         390 / 960, 0.39, 0.39),
+                        (2, "fc1", "Linear", 2, 380, 190, np.std([200, 180], ddof=1), 0,
+                         380 / 960, 0.38, 0.77),
+                        (3, "act", "ReLU", 2, 110, 55, np.std([70, 40], ddof=1), 0,
+                         110 / 960, 0.11, 0.88)]
     assert rows(A.layer_ranking(gpu_trace(), n=1))[0][1] == "fc2"
     t = A.layer_types(gpu_trace())
     assert list(t.columns) == ["type", "count", "total_ns", "backward_ns", "count_share",
@@ -275,15 +279,26 @@ def test_text_and_html_reports_on_the_gpu_trace():
     tr = gpu_trace()
     txt = xsp.report.text(tr, top=2)
     lines = txt.splitlines()
-    assert lines[:4] == ["xsp report: prof", "levels MLG, 25 spans, 2 iterations",
-                         "model latency: mean 500 ns, median 500 ns, min 500 ns, max 500 ns",
+    assert lines[:5] == ["xsp report: prof",
+                         "levels MLG, 25 spans, 2 iterations: steps (the work between step() "
+                         "calls)",
+                         "step latency: mean 500 ns ± 0 ns, median 500 ns, min 500 ns, max "
+                         "500 ns",
+                         "per step (mean ± std): forward (model calls) 480 ns ± 0 ns, other "
+                         "20 ns ± 0 ns",
                          "lost or dropped: none"]
-    i = lines.index("Top 2 layers (leaf modules, by total latency)")
-    assert lines[i + 2].split() == ["1", "fc2", "Linear", "2", "390", "ns", "195", "ns",
-                                    "0", "ns", "39.0%"]
+    i = lines.index("Top 2 layers (leaf layers, by forward time; backward attributed through "
+                    "the forward op)")
+    assert lines[i + 1].split() == ["rank", "name", "type", "calls", "total", "mean", "std",
+                                    "backward", "of", "forward", "of", "step", "(fwd+bwd)"]
+    assert lines[i + 2].split() == ["1", "fc2", "Linear", "2", "390", "ns", "195", "ns", "35",
+                                    "ns", "0", "ns", "40.6%", "39.0%"]
     i = lines.index("Top 2 kernels")
     assert lines[i + 2].split() == ["gemm", "4", "480", "ns", "120", "ns", "60", "ns", "200",
                                     "ns", "48.0%"]
+    i = lines.index("Top 2 ops (by self)")
+    assert lines[i + 2].split() == ["aten::addmm", "2", "290", "ns", "275", "ns", "145", "ns",
+                                    "21", "ns", "27.5%", "180", "ns", "180", "ns"]
     assert lines[-1] == ("GPU vs CPU: model 1.000 us = GPU work 520 ns (52.0%) + CPU 480 ns "
                          "(48.0%)")
 
@@ -307,16 +322,20 @@ def test_text_and_html_reports_on_the_gpu_trace():
 
     p = P()
     p.feed(xsp.report.html(tr, top=2))
-    assert p.h3 == ["Top 2 layers", "Layer types", "Top 2 kernels", "GPU vs CPU per layer",
+    assert p.h3 == ["Iterations, by phase", "Top 2 layers", "Layer types", "Top 2 ops",
+                    "Top 2 kernels", "GPU vs CPU per layer",
+                    "Timeline of iteration 1 (the median by latency)", "Tree of that iteration",
                     "Plots"]
     k = p.cells.index("gemm")
     assert p.cells[k:k + 7] == ["gemm", "4", "480 ns", "120 ns", "60 ns", "200 ns", "48.0%"]
     m = p.cells.index("(model)")
     assert p.cells[m:m + 8] == ["(model)", "-", "2", "1.000 us", "520 ns", "480 ns", "52.0%",
                                 "48.0%"]
-    # latency per iteration, top layers, layer types, top kernels, GPU vs CPU
+    # latency per iteration by phase, top layers, layer types, top ops, top kernels, GPU vs CPU
     import importlib.util
-    assert p.imgs == (5 if importlib.util.find_spec("matplotlib") else 0)
+    assert p.imgs == (6 if importlib.util.find_spec("matplotlib") else 0)
+    doc = xsp.report.html(tr, top=2)
+    assert doc.count("<svg") == 1 and doc.count("<details") >= 1
     assert xsp.report.html_fragment(tr).startswith('<div class="xsp-report">')
     # CPU trace: no kernel section, says so
     assert "Kernels, GPU vs CPU: level G was not recorded" in xsp.report.text(cpu_trace())

@@ -209,12 +209,13 @@ def test_layer_shares_of_forward_and_of_step_exact():
 def test_op_table_exact():
     tr = phase_trace()
     ops = A.ops(tr)
-    assert list(ops.columns) == ["name", "calls", "total_ns", "self_ns", "mean_ns",
+    assert list(ops.columns) == ["name", "calls", "total_ns", "self_ns", "mean_ns", "std_ns",
                                  "self_share", "gpu_ns", "gpu_self_ns"]
-    got = {r[0]: r[1:6] for r in rows(ops)}
-    assert got["aten::linear"] == (2, 80 + 50, 20 + 50, 65, 70 / 1000)
-    assert got["aten::add_"] == (2, 20, 20, 10, 20 / 1000)
-    assert got["aten::mm"] == (1, 40, 40, 40, 40 / 1000)
+    got = {r[0]: r[1:7] for r in rows(ops)}
+    assert got["aten::linear"] == (2, 80 + 50, 20 + 50, 65, np.std([80, 50], ddof=1),
+                                   70 / 1000)
+    assert got["aten::add_"] == (2, 20, 20, 10, 0.0, 20 / 1000)
+    assert got["aten::mm"] == (1, 40, 40, 40, None, 40 / 1000)
     assert ops["gpu_ns"].isna().all()            # no level G: unknown, not 0
     assert ops["self_ns"].tolist() == sorted(ops["self_ns"].tolist(), reverse=True)
     assert A.ops(tr, sort="calls", n=1)["name"].tolist() == ["aten::linear"]
@@ -227,7 +228,7 @@ def test_op_table_exact():
 def test_op_table_gpu_columns_exact():
     from test_analysis import gpu_trace
     ops = A.ops(gpu_trace())
-    got = {r[0]: (r[1], r[6], r[7]) for r in rows(ops)}
+    got = {r[0]: (r[1], r[7], r[8]) for r in rows(ops)}
     # aten::addmm launched gemm (100) in step 1, and the memcpy (20) and gemm (60) in fc2;
     # aten::linear holds them (inclusive) but launched nothing itself
     assert got["aten::addmm"] == (2, 100 + 20 + 60, 100 + 20 + 60)
@@ -263,7 +264,7 @@ def test_units_in_cells_never_in_headers():
     assert header_lines and not any("_ns" in ln or "_share" in ln for ln in header_lines)
     i = txt.splitlines().index("Top 10 ops (by self)")
     first = txt.splitlines()[i + 1].split()
-    assert first == ["name", "calls", "total", "self", "mean", "self,", "of", "step"]
+    assert first == ["name", "calls", "total", "self", "mean", "std", "self,", "of", "step"]
     assert report.fmt_delta(-193_900) == "-193.900 us"
     assert report.fmt_delta(1_234_567, 10_000_000) == "+1.235 ms (+12.3%)"
     assert report.fmt_delta(-500, 1000) == "-500 ns (-50.0%)"
