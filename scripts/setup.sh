@@ -33,3 +33,40 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=7"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
+
+# -- test tools: only with XSP_TEST_TOOLS=1 (`make test` sets it) ----------------------------
+# A headless browser for tests/py/test_browser.py (scripts/browser_check.py renders the HTML
+# report in it).  Idempotent: nothing happens when a chromium is already on PATH.  Pinned to
+# the version the check was made with; when the archive no longer has it, the candidate is
+# taken, with a warning.  Without apt-get, or when the install fails, it warns and goes on:
+# the browser test then skips itself, saying why.
+if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
+    CHROMIUM_PIN=${CHROMIUM_PIN:-156.0.8078.114-1~deb12u1}
+    if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+        :
+    elif ! command -v apt-get >/dev/null; then
+        echo "setup: warning: no apt-get: install chromium yourself for tests/py/test_browser.py" >&2
+    else
+        TSUDO=""; [ "$(id -u)" = 0 ] || TSUDO="sudo"
+        $TSUDO apt-get update -qq || true
+        # chromium needs chromium-common of its own version: pin both
+        if apt-cache madison chromium 2>/dev/null | grep -qF "| $CHROMIUM_PIN |" &&
+           apt-cache madison chromium-common 2>/dev/null | grep -qF "| $CHROMIUM_PIN |"; then
+            CHROMIUM_PKG="chromium=$CHROMIUM_PIN chromium-common=$CHROMIUM_PIN"
+        else
+            echo "setup: warning: chromium $CHROMIUM_PIN is not in the archive any more;" \
+                 "installing the candidate ($(apt-cache policy chromium 2>/dev/null |
+                 sed -n 's/^ *Candidate: //p'))" >&2
+            CHROMIUM_PKG=chromium
+        fi
+        # fonts are only recommended by chromium: without them a page's text is not drawn
+        if $TSUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                --no-install-recommends $CHROMIUM_PKG fonts-liberation fonts-dejavu-core \
+                >/dev/null; then
+            echo "setup: $(chromium --version 2>/dev/null)"
+        else
+            echo "setup: warning: could not install $CHROMIUM_PKG; tests/py/test_browser.py" \
+                 "will skip" >&2
+        fi
+    fi
+fi

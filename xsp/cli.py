@@ -2,6 +2,7 @@
 
     xsp run [--levels ML] [-o trace.xsp] [--chrome t.json] [--html r.html] script.py [args...]
     xsp run [...] -m package.module [args...]
+    xsp run --schedule wait=1,warmup=1,active=3,repeat=2 [...] train.py   (one file per cycle)
     xsp summary trace.xsp [--top N] [--sort self|total|calls|mean|gpu|gpu_self] [--tree DEPTH]
     xsp export trace.xsp -o trace.json            (Chrome trace JSON, for Perfetto)
     xsp report trace.xsp -o report.html           (the self-contained HTML report)
@@ -53,6 +54,10 @@ def _parser():
                         "it are model calls, any other top-level call is a layer under the "
                         "step (default: every top-level call but losses and lone built-in "
                         "layers; docs/api.md)")
+    r.add_argument("--schedule", metavar="K=V[,K=V...]",
+                   help="profile a few steps, as torch.profiler's schedule: keys wait, warmup, "
+                   "active, repeat, skip_first (e.g. wait=1,warmup=1,active=3,repeat=1); the "
+                   "script marks steps with xsp.step(); one trace file per cycle")
     r.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     r.add_argument("-m", dest="module", action="store_true",
                    help="run TARGET as a module (like python -m)")
@@ -155,6 +160,7 @@ def _run(ns):
         models = [m.strip() for m in ns.model.split(",") if m.strip()]
         if not models:
             raise _Fail("--model: give one or more class names, e.g. --model ResNet")
+    sched = _parse_schedule(ns.schedule) if ns.schedule is not None else None
     out = ns.output or (os.path.splitext(label)[0] if not ns.module
                         else ns.target.rsplit(".", 1)[-1]) + ".xsp"
     # absolute now: the script may change the working directory
@@ -168,9 +174,11 @@ def _run(ns):
     sys.path.insert(0, os.getcwd() if ns.module else
                     os.path.dirname(os.path.abspath(ns.target)))
     status = 0
+    cycles = _CycleWriter(ns, out, paths, sched) if sched is not None else None
     try:
         prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
-                           record_shapes=ns.record_shapes, model=models)
+                           record_shapes=ns.record_shapes, model=models, schedule=sched,
+                           on_trace_ready=cycles)
         try:
             # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
             # between starting the profile and the block that stops it
@@ -191,6 +199,8 @@ def _run(ns):
         sys.argv = saved_argv
         sys.path[:] = saved_path
     trace = prof.trace
+    if cycles is not None and prof._state != "forked":
+        return cycles.finish(trace, status)
     if trace is None:
         # a child forked by the script that left the profiled region: its copy of the profile
         # is inert and has no trace; the files are the parent's to write
@@ -207,6 +217,88 @@ def _run(ns):
             out, (", chrome: " + ns.chrome) if ns.chrome else "",
             (", html: " + ns.html) if ns.html else ""))
     return status
+
+
+_SCHEDULE_KEYS = ("wait", "warmup", "active", "repeat", "skip_first")
+
+
+def _parse_schedule(text):
+    """--schedule "wait=1,warmup=1,active=3,repeat=1" -> xsp.schedule; _Fail when bad."""
+    import xsp
+    fields = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if key not in _SCHEDULE_KEYS:
+            raise _Fail("--schedule: unknown key %r in %r (keys: %s)"
+                        % (key, text, ", ".join(_SCHEDULE_KEYS)))
+        if key in fields:
+            raise _Fail("--schedule: %s given twice" % key)
+        if not eq or not value.isascii() or not value.isdigit():
+            raise _Fail("--schedule: %s=%s: the value must be a whole number (0, 1, 2, ...)"
+                        % (key, value))
+        fields[key] = int(value)
+    if not fields:
+        raise _Fail("--schedule: give key=value pairs, e.g. wait=1,warmup=1,active=3,repeat=1")
+    try:
+        return xsp.schedule(**fields)
+    except ValueError as exc:
+        raise _Fail("--schedule: %s" % str(exc).replace("xsp.schedule: ", "")) from None
+
+
+class _CycleWriter:
+    """xsp run --schedule: on_trace_ready, writing each cycle's files as it is delivered (so a
+    long job keeps one trace at a time): <out> when the schedule has a single cycle (repeat=1),
+    else <stem>.cycle<k><ext> for -o, --chrome and --html alike.  Never raises into the script:
+    a file it cannot write is reported after the run (exit status 1)."""
+
+    def __init__(self, ns, out, paths, sched):
+        self.ns, self.sched, self.paths = ns, sched, paths
+        self.shown = {"-o": out, "--chrome": ns.chrome, "--html": ns.html}
+        self.written = {opt: [] for opt in paths}     # option -> the paths shown, in order
+        self.errors = []
+
+    def _name(self, path, k):
+        if self.sched.repeat == 1:
+            return path
+        stem, ext = os.path.splitext(path)
+        return "%s.cycle%d%s" % (stem, k, ext)
+
+    def __call__(self, prof):
+        from . import chrome, report
+        trace, ns = prof.trace, self.ns
+        k = trace.meta.get("cycle", 0)
+        outputs = (("-o", "trace", trace.save),
+                   ("--chrome", "Chrome trace", lambda p: chrome.write(trace, p)),
+                   ("--html", "HTML report", lambda p: report.html(trace, path=p, top=ns.top)))
+        for opt, what, fn in outputs:
+            if opt not in self.paths:
+                continue
+            try:
+                _write(what, fn, self._name(self.paths[opt], k))
+            except _Fail as exc:
+                self.errors.append(str(exc))
+            except Exception as exc:   # noqa: BLE001 -- reported after the run, not raised here
+                self.errors.append("cannot write %s of cycle %d: %s" % (what, k, exc))
+            else:
+                self.written[opt].append(self._name(self.shown[opt], k))
+
+    def finish(self, trace, status):
+        """After the run: the last cycle's summary and the files written."""
+        from . import report
+        if trace is None:
+            sys.stderr.write("xsp: no cycle of %r recorded an active step: no trace written\n"
+                             % (self.sched,))
+        elif not self.ns.quiet:
+            sys.stderr.write(report.text(trace, top=self.ns.top))
+            sys.stderr.write("%s\n" % "; ".join(
+                "%s: %s" % (what, ", ".join(self.written[opt]))
+                for opt, what in (("-o", "trace"), ("--chrome", "chrome"), ("--html", "html"))
+                if self.written.get(opt)))
+        if self.errors:
+            raise _Fail("; ".join(self.errors))
+        return status
 
 
 def _run_script(ns):

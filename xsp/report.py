@@ -44,7 +44,8 @@ HEADERS = {"total_ns": "total", "mean_ns": "mean", "self_ns": "self", "backward_
            "latency_ns": "latency", "std_ns": "std", "added_ns": "added",
            "added_share": "added, share", "noise_ns": "noise", "kernel_ns": "kernel time",
            "copy_ns": "copy time", "cpu_ns": "CPU", "gpu_share": "GPU share",
-           "cpu_share": "CPU share", "min_ns": "min", "max_ns": "max", "share": "share"}
+           "cpu_share": "CPU share", "min_ns": "min", "max_ns": "max", "share": "share",
+           "toplevel_layers_ns": "loss, top-level layers"}
 
 
 def header(col):
@@ -410,8 +411,8 @@ def html_fragment(source, top=10):
         parts.extend("<p>%s</p>" % esc(n) for n in _overhead_notes(s.overhead))
     if s.iteration_kind == "step" and len(s.phases):
         table("Iterations, by phase", s.phases, "-",
-              "forward: the model calls; toplevel_layers: the loss and other top-level layer "
-              "calls; backward: autograd's backward functions; optimizer: Optimizer.step and "
+              "forward: the model calls; loss, top-level layers: the loss and other top-level "
+              "layer calls; backward: autograd's backward functions; optimizer: Optimizer.step and "
               "zero_grad; other: the rest of the step")
     table("Top %d layers" % top, s.ranking, s.no_layers(),
           "leaf layers in the iterations, by forward time; backward through the forward op; "

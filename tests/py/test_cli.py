@@ -97,7 +97,10 @@ def test_summary_export_report_compare(ran, tmp_path, capsys):
     assert cli.main(["summary", trace, "--top", "2", "--tree", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("xsp report: train.py\nlevels ML,")
-    assert "Top 2 layers" in out and "├─ step#0 [step]" in out
+    assert "Top 2 layers" in out
+    tree = out[out.index("\nTree of iteration "):].splitlines()[1:]
+    assert tree[0].startswith("step#") and tree[1].startswith("├─ TinyResNet [model]")
+    assert len(tree) <= 61
     assert cli.main(["export", trace, "-o", str(tmp_path / "t.json")]) == 0
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert cli.main(["report", trace, "-o", str(tmp_path / "r.html")]) == 0
@@ -106,10 +109,15 @@ def test_summary_export_report_compare(ran, tmp_path, capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "xsp compare: %s -> %s" % (trace, trace)
-    assert "(+0 ns, 0.0%)" in lines[1]
-    i = lines.index("Layers (largest change first)")
-    assert lines[i + 1].split() == ["name", "before_ns", "after_ns", "delta_ns", "delta_share"]
-    assert len(lines[i + 2:i + 6]) == 4 and all("0 ns" in ln for ln in lines[i + 2:i + 6])
+    step = [ln for ln in lines if ln.split()[:1] == ["step"]]
+    assert len(step) == 1 and "+0 ns (+0.0%)" in step[0] and step[0].endswith("within noise")
+    i = lines.index("Layers (leaf modules matched by name and type, time per iteration; "
+                    "called changes first)")
+    assert lines[i + 1].split() == ["name", "type", "pass", "before", "after", "change",
+                                    "noise", "verdict"]
+    assert all("+0 ns (+0.0%)" in ln and ln.endswith("within noise")
+               for ln in lines[i + 2:i + 6])
+    assert lines[i + 6].startswith("  ... ")
 
 
 def test_compare_shows_the_regression(tmp_path, capsys):
@@ -123,14 +131,18 @@ def test_compare_shows_the_regression(tmp_path, capsys):
     tr(450).save(str(tmp_path / "after.xsp"))
     assert cli.main(["compare", str(tmp_path / "before.xsp"), str(tmp_path / "after.xsp")]) == 0
     out = capsys.readouterr().out.splitlines()
-    i = out.index("Layers (largest change first)")
-    assert out[i + 2].split() == ["fc1", "300", "ns", "450", "ns", "150", "ns", "50.0%"]
-    assert out[i + 3].split() == ["act", "100", "ns", "100", "ns", "0", "ns", "0.0%"]
-    layers, kernels = xsp.report.compare(xsp.load(str(tmp_path / "before.xsp")),
-                                         xsp.load(str(tmp_path / "after.xsp")))
-    assert layers.values.tolist() == [["fc1", 300.0, 450.0, 150.0, 0.5],
-                                      ["act", 100.0, 100.0, 0.0, 0.0]]
-    assert len(kernels) == 0
+    i = out.index("Layers (leaf modules matched by name and type, time per iteration; "
+                  "called changes first)")
+    # one iteration (the model call) per run: the spread is unknown, nothing is called
+    assert out[i + 2].split() == ["fc1", "Linear", "forward", "300", "ns", "450", "ns", "+150",
+                                  "ns", "(+50.0%)", "-", "no", "spread", "(1", "iteration)"]
+    assert out[i + 3].split() == ["act", "ReLU", "forward", "100", "ns", "100", "ns", "+0",
+                                  "ns", "(+0.0%)", "-", "no", "spread", "(1", "iteration)"]
+    c = xsp.report.compare(xsp.load(str(tmp_path / "before.xsp")),
+                           xsp.load(str(tmp_path / "after.xsp")))
+    assert c.layers[["name", "before_ns", "after_ns", "delta_ns", "delta_share"]].values.tolist() \
+        == [["fc1", 300.0, 450.0, 150.0, 0.5], ["act", 100.0, 100.0, 0.0, 0.0]]
+    assert len(c.kernels) == 0
 
 
 def test_script_status_and_failure_keep_the_trace(tmp_path):

@@ -1,0 +1,105 @@
+"""The HTML pieces in a real browser: a page with the timeline, the tree and a table of a small
+training loop (test_html_parts.training_trace) is rendered by headless chromium through
+scripts/browser_check.py, which checks the parsed DOM, the console and that the screenshot is
+not blank.  The checker itself is checked too: a page with console errors and a blank page
+must fail, and its own PNG decoder must agree with matplotlib's.
+
+Needs chromium (`XSP_TEST_TOOLS=1 scripts/setup.sh` installs it; `make test` does); skipped,
+saying so, without it."""
+import importlib.util
+import os
+import re
+
+import numpy as np
+import pytest
+
+from test_html_parts import training_trace
+from xsp import _html as H
+from xsp import analysis as A
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location(
+        "browser_check", os.path.join(ROOT, "scripts", "browser_check.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+B = _load_checker()
+needs_chromium = pytest.mark.skipif(
+    B.find_chromium() is None,
+    reason="chromium is not installed: run `XSP_TEST_TOOLS=1 scripts/setup.sh` (as root or "
+           "with sudo; it runs apt-get install chromium) or set XSP_CHROMIUM to a browser")
+
+
+def report_page():
+    tr = training_trace()
+    step = tr.spans(kind="step")[0]
+    return H.page(
+        "xsp report parts: a training loop",
+        "<h2>Timeline of step#0</h2>", H.timeline_svg(tr, step.start_ns, step.end_ns),
+        "<h2>Span tree</h2>", H.tree_html(tr),
+        "<h2>Top layers</h2>", H.table_html(A.layer_ranking(tr)))
+
+
+@needs_chromium
+def test_report_parts_render_in_chromium(tmp_path):
+    page = report_page()
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    res = B.check(str(path), screenshot=str(tmp_path / "report.png"),
+                  expect=["<svg", "<details open", "x40 aten::add_", "&lt;script&gt;&amp;"])
+    assert res.ok, res.report()
+    assert res.console == []
+    # the browser parsed what was written: every span rectangle, every tree line
+    dom = res.dom
+    assert len(re.findall(r'<rect class="xsp-s ', dom)) == \
+        len(re.findall(r'<rect class="xsp-s ', page))
+    assert dom.count("<details") == page.count("<details")
+    assert "<script>" not in dom                 # the span named <script>&" stayed text
+    # ink from the top (the title) down through the timeline, tree and table
+    first, last = res.ink_rows
+    assert res.ink_fraction > 0.01 and first < 60 and last > 600, res.report()
+    assert res.outside == []
+
+
+@needs_chromium
+def test_checker_reports_console_errors_and_blank_pages(tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><head></head><body><p>x</p><script>"
+                   "console.log('fine'); console.error('xsp-boom'); nosuchfunction();"
+                   "</script></body></html>")
+    res = B.check(str(bad), window_size=(400, 300))
+    assert not res.ok
+    levels = [lv for lv, _ in res.console]
+    assert levels == ["log", "error", "exception"], res.console
+    assert res.console[1][1].startswith("xsp-boom (file://%s" % bad)
+    assert any("blank" in e for e in res.errors)
+    assert "<script>(function()" not in res.dom      # the checker's prelude is taken out
+    missing = tmp_path / "missing.html"
+    missing.write_text("<html><body><img src='nothere.png'><p style=\"background:url("
+                       "'data:image/png;base64,AA')\">text</p><div style='background:"
+                       "url(x.png)'></div></body></html>")
+    res = B.check(str(missing), window_size=(400, 300), min_ink=0.0, expect=["<p style"])
+    assert res.outside == ["nothere.png", "x.png"]
+    assert res.errors == ["the page is not self-contained: it loads nothere.png, x.png"]
+
+
+def test_png_decoder_agrees_with_matplotlib(tmp_path):
+    """The fallback decoder (no matplotlib) on a PNG with every filter type PIL picks."""
+    mpimg = pytest.importorskip("matplotlib.image")
+    rng = np.random.default_rng(0)
+    img = np.full((40, 60, 3), 255, dtype=np.uint8)
+    img[5:20, 10:50] = rng.integers(0, 255, (15, 40, 3), dtype=np.uint8)
+    img[25:35] = np.linspace(0, 255, 60, dtype=np.uint8)[None, :, None]
+    path = str(tmp_path / "x.png")
+    mpimg.imsave(path, img)
+    w, h, chans, rows = B.decode_png(path)
+    got = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(h, w, chans)
+    want = (mpimg.imread(path) * 255).round().astype(np.uint8)
+    assert (w, h) == (60, 40) and np.array_equal(got, want)
+    ink = B.ink(path)
+    assert ink[0] == int((img < B.INK_LEVEL).any(axis=-1).sum()) and ink[2:] == (5, 34)

@@ -1,0 +1,665 @@
+"""Pieces of the HTML report that are drawn from a Trace: a timeline of one window as inline
+SVG, the span tree as nested <details>, and DataFrames as tables with units in the cells.
+
+Each function is pure: a Trace (and a window, or a DataFrame) in, a str of HTML out.  The
+pieces need no JavaScript and no network: the SVG carries its own <style>, the tree opens and
+closes with <details>, and every name is escaped for XML.  What cannot be drawn is said, never
+dropped silently: the timeline counts the spans under one pixel, past max_spans or nested too
+deep in a note; the tree counts the lines hidden under min_share, below max_depth or past
+max_nodes.
+
+This helper sits beside the analyses, over the data layer: it reads a Trace through its public
+members only (start_ns, end_ns, parent_ids, depth, kind_codes, name_codes, strings,
+thread_index, threads, attr_column, self_ns, flag_bits) and imports nothing but xsp.trace and
+xsp._util.  The work is vectorised with numpy; the Python loops run over what is drawn (at
+most max_spans rectangles, max_nodes lines), so a window of a million spans costs a few
+array passes.
+"""
+import html as _html_mod
+import math
+import re
+
+import numpy as np
+
+from ._util import fmt_ns, printable
+from .trace import KINDS, ancestor_count
+
+__all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS"]
+
+# fill colours per kind, light enough for black labels; "merged" is a box of sub-pixel spans
+KIND_COLORS = {
+    "region": "#d9d9d9", "model": "#9db4d8", "step": "#c9bce6", "module": "#a6d8a8",
+    "op": "#f5c28e", "backward": "#f09a9a", "scope": "#dcc7a6", "runtime": "#f2b8de",
+    "driver": "#d4cde0", "kernel": "#7fd3c4", "memcpy": "#f0e08a", "memset": "#a8d8ea",
+    "sync": "#e6a3c8", "overhead": "#bdbdbd", "merged": "#9e9e9e",
+}
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _esc(s):
+    """s as XML/HTML text or attribute value: & < > " ' escaped, characters XML cannot hold
+    (control characters, lone surrogates from names that were not UTF-8) as '?'."""
+    return _html_mod.escape(_XML_BAD.sub("?", printable(str(s))), quote=True)
+
+
+def _n(count, word="span"):
+    """'1 span', '12 spans'."""
+    return "%d %s%s" % (count, word, "" if count == 1 else "s")
+
+
+def _share(x):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return "%.1f%%" % (100.0 * x)
+
+
+def _type_of(trace):
+    """{span id: value of its `type` attribute} for the spans that have one (str values)."""
+    ids, vals = trace.attr_column("type")
+    vals = vals.tolist() if isinstance(vals, np.ndarray) else vals
+    return {int(i): v for i, v in zip(ids.tolist(), vals) if isinstance(v, str)}
+
+
+def _label(trace, i, types):
+    """'name [kind type]': the type attribute (modules: the class) when it is not the name."""
+    name = trace.strings[trace.name_codes[i]]
+    kind = KINDS[trace.kind_codes[i]]
+    typ = types.get(int(i))
+    return name, ("%s %s" % (kind, typ) if typ and typ != name else kind)
+
+
+# -- timeline ---------------------------------------------------------------------------------
+_LABEL_W = 170      # px of the track labels left of the plot
+_ROW_H = 16         # px per nesting level
+_MAX_ROWS = 48      # nesting levels drawn per track; deeper spans are counted in a note
+
+
+def _nice_step(span_ns, target=8):
+    """A round tick step (1, 2 or 5 times a power of ten, in ns) giving about target ticks."""
+    raw = max(span_ns / target, 1.0)
+    mag = 10.0 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def _tick_unit(step_ns):
+    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if step_ns >= div:
+            return div, unit
+    return 1.0, "ns"
+
+
+def _tick_label(t_ns, step_ns):
+    """A tick's time as a round number in the unit of the step: '0', '250 us', '1.5 ms'."""
+    if t_ns == 0:
+        return "0"
+    div, unit = _tick_unit(step_ns)
+    dec = max(0, -int(math.floor(math.log10(step_ns / div) + 1e-9)))
+    return "%.*f %s" % (dec, t_ns / div, unit)
+
+
+def _track_label(thread):
+    tid, name, kind = thread
+    if kind == 1:
+        return "%s [GPU]" % (name or "stream %d" % tid)
+    if kind == 2:
+        return "%s [overhead]" % (name or str(tid))
+    return "%s (%d)" % (name or "thread", tid)
+
+
+def _fit(text, px, char_px=6.8):
+    """text cut to what fits in px at about char_px per character ('' when nothing fits)."""
+    n = int((px - 4) / char_px)
+    if n < 2:
+        return ""
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _window_depths(parents, thread, win):
+    """For the spans win (ids, increasing) of a window, their nesting depth within their own
+    track: how many of their ancestors in the window are on the same track.  Parents outside
+    the window end the chain (a span's ancestors on its own track contain it, so they are in
+    the window)."""
+    n_all = len(parents)
+    pos = np.full(n_all, -1, dtype=np.int64)
+    pos[win] = np.arange(len(win))
+    p = parents[win]
+    sub = np.where(p >= 0, pos[np.maximum(p, 0)], -1)
+    th = thread[win]
+    depth = np.zeros(len(win), dtype=np.int64)
+    for t in np.unique(th):
+        on = th == t
+        depth[on] = ancestor_count(sub, on)[on]
+    return depth
+
+
+def timeline_svg(trace, start_ns, end_ns, *, width=1100, max_spans=4000):
+    """A self-contained inline SVG (a str) of the spans of trace in [start_ns, end_ns): one lane
+    group per track (trace.threads: CPU threads, GPU streams), spans as rectangles stacked by
+    their nesting depth on that track within the window, x = time (spans clipped to the
+    window), colour by kind, a <title> tooltip per rectangle ('name [kind type]', duration and
+    self time, where it starts), a time axis with round ticks, a legend.
+
+    Spans narrower than one pixel are not drawn one by one: runs of them on one row (gaps
+    under a pixel) are drawn as one grey box with a tooltip naming the count, and a run still
+    under a pixel is not drawn; past max_spans rectangles, the narrowest are skipped; spans
+    nested deeper than 48 rows are skipped.  Each of these is counted in a note under the
+    legend.  Raises ValueError for an empty window (end_ns <= start_ns), width under 400 or
+    max_spans under 1."""
+    t0, t1 = int(start_ns), int(end_ns)
+    if t1 <= t0:
+        raise ValueError("timeline window is empty: end_ns (%d) must be after start_ns (%d)"
+                         % (t1, t0))
+    if width < 400:
+        raise ValueError("timeline width must be at least 400 px, not %r" % (width,))
+    if max_spans < 1:
+        raise ValueError("max_spans must be at least 1, not %r" % (max_spans,))
+    plot_x = _LABEL_W
+    plot_w = width - _LABEL_W - 12
+    scale = plot_w / float(t1 - t0)             # px per ns
+    start, end = trace.start_ns, trace.end_ns
+    win = np.flatnonzero(((start < t1) & (end > t0)) |
+                         ((start == end) & (start >= t0) & (start < t1)))
+    s = np.clip(start[win], t0, t1)
+    e = np.clip(end[win], t0, t1)
+    px = (e - s) * scale
+    thread = trace.thread_index
+    th = thread[win].astype(np.int64)
+    depth = _window_depths(trace.parent_ids, thread, win) if len(win) else \
+        np.zeros(0, dtype=np.int64)
+    notes = []
+
+    deep = depth >= _MAX_ROWS
+    if deep.any():
+        notes.append("%s nested deeper than %d rows not drawn" % (_n(int(deep.sum())),
+                                                                  _MAX_ROWS))
+    small = (px < 1.0) & ~deep
+    big = ~small & ~deep
+
+    # items to draw: (px width, kind "span" or "box", payload); a box is a run of sub-pixel
+    # spans on one row whose gaps are under a pixel
+    items = [(float(px[j]), "span", int(j)) for j in np.flatnonzero(big)]
+    n_small = int(small.sum())
+    n_boxed = 0
+    if n_small:
+        # runs, vectorised: sort by (row, start); a run breaks at a new row or where a span
+        # starts more than a pixel after every earlier span of its run has ended (a running
+        # maximum of the ends, kept per row by giving each row its own offset)
+        gap = 1.0 / scale
+        sj = np.flatnonzero(small)
+        row = th[sj] * _MAX_ROWS + depth[sj]
+        o = np.lexsort((s[sj], row))
+        sj, row = sj[o], row[o]
+        rank = np.concatenate(([0], np.cumsum(row[1:] != row[:-1])))
+        off = rank.astype(np.float64) * (float(t1 - t0) + 2 * gap + 2)
+        cm = np.maximum.accumulate((e[sj] - t0) + off)
+        brk = np.ones(len(sj), dtype=bool)
+        brk[1:] = (rank[1:] != rank[:-1]) | ((s[sj][1:] - t0) + off[1:] > cm[:-1] + gap)
+        first = np.flatnonzero(brk)
+        last = np.append(first[1:], len(sj))
+        wide = (np.maximum.reduceat(e[sj], first) - s[sj][first]) * scale
+        sel = wide >= 1.0                     # (a run of one span is under 1 px)
+        for a, b, w in zip(first[sel].tolist(), last[sel].tolist(), wide[sel].tolist()):
+            items.append((w, "box", sj[a:b]))
+            n_boxed += b - a
+        msg = "%s under 1 px not drawn" % _n(n_small)
+        n_boxes = sum(1 for it in items if it[1] == "box")
+        if n_boxes:
+            msg += " (%d of them shown merged, as %d grey box%s)" % (
+                n_boxed, n_boxes, "" if n_boxes == 1 else "es")
+        notes.append(msg)
+    if len(items) > max_spans:
+        order = sorted(range(len(items)), key=lambda k: (-items[k][0], k))
+        keep = sorted(order[:max_spans])
+        dropped = [items[k] for k in order[max_spans:]]
+        items = [items[k] for k in keep]
+        n_drop = sum(1 if kind == "span" else len(p) for _, kind, p in dropped)
+        t_drop = sum(int(e[p] - s[p]) if kind == "span" else int((e[p] - s[p]).sum())
+                     for _, kind, p in dropped)
+        notes.append("%s not drawn past max_spans %d: the narrowest, %s in all"
+                     % (_n(n_drop), max_spans, fmt_ns(t_drop)))
+
+    # layout: the tracks with something in the window, CPU threads first, then GPU streams
+    tracks = sorted({int(t) for t in th[~deep]},
+                    key=lambda t: (trace.threads[t][2], t))
+    rows = {}
+    for t in tracks:
+        on = (th == t) & ~deep
+        rows[t] = int(depth[on].max()) + 1 if on.any() else 1
+    axis_h = 30
+    y = axis_h
+    track_y = {}
+    for t in tracks:
+        track_y[t] = y
+        y += rows[t] * _ROW_H + 8
+    plot_bottom = y
+
+    types = _type_of(trace)
+    selft = trace.self_ns
+    out = []
+    kinds_drawn = set()
+    for _, kind, p in items:
+        if kind == "span":
+            i = int(win[p])
+            name, lab = _label(trace, i, types)
+            k = KINDS[trace.kind_codes[i]]
+            kinds_drawn.add(k)
+            x = plot_x + (s[p] - t0) * scale
+            w = max(px[p], 1.0)
+            yy = track_y[int(th[p])] + int(depth[p]) * _ROW_H
+            tip = "%s [%s]\n%s, self %s\n" % (name, lab, fmt_ns(end[i] - start[i]),
+                                              fmt_ns(selft[i]))
+            if start[i] < t0:
+                tip += "starts %s before the window" % fmt_ns(t0 - start[i])
+            else:
+                tip += "starts at +%s" % fmt_ns(start[i] - t0)
+            if end[i] > t1:
+                tip += ", ends %s after it" % fmt_ns(end[i] - t1)
+            out.append('<rect class="xsp-s xsp-k-%s" x="%.1f" y="%d" width="%.1f" '
+                       'height="%d"><title>%s</title></rect>'
+                       % (k, x, yy, w, _ROW_H - 2, _esc(tip)))
+            text = _fit(name, w)
+            if text:
+                # in its own viewport, which clips what the estimate of its width missed
+                out.append('<svg x="%.1f" y="%d" width="%.1f" height="%d"><text x="2" y="11">'
+                           '%s</text></svg>' % (x, yy, w, _ROW_H - 2, _esc(text)))
+        else:
+            run = p
+            kinds_drawn.add("merged")
+            x0, x1 = s[run[0]], e[run].max()
+            x = plot_x + (x0 - t0) * scale
+            yy = track_y[int(th[run[0]])] + int(depth[run[0]]) * _ROW_H
+            ids = win[run]
+            codes, counts = np.unique(trace.name_codes[ids], return_counts=True)
+            top = np.argsort(-counts, kind="stable")[:3]
+            names = ", ".join("%s x%d" % (trace.strings[codes[j]], counts[j]) for j in top)
+            if len(codes) > 3:
+                names += ", …"
+            tip = "%d spans under 1 px each, merged: %s in all over %s\n%s" % (
+                len(run), fmt_ns(int((e[run] - s[run]).sum())), fmt_ns(x1 - x0), names)
+            out.append('<rect class="xsp-s xsp-merged" x="%.1f" y="%d" width="%.1f" '
+                       'height="%d"><title>%s</title></rect>'
+                       % (x, yy, max((x1 - x0) * scale, 1.0), _ROW_H - 2, _esc(tip)))
+
+    # the frame: track bands and labels, ticks, legend, notes
+    head = []
+    for n_t, t in enumerate(tracks):
+        ty = track_y[t]
+        h = rows[t] * _ROW_H
+        head.append('<rect class="xsp-band%s" x="0" y="%d" width="%d" height="%d"/>'
+                    % (" xsp-alt" if n_t % 2 else "", ty - 3, width, h + 6))
+        lab = _track_label(trace.threads[t])
+        head.append('<text class="xsp-track" x="4" y="%d"><title>%s</title>%s</text>'
+                    % (ty + 11, _esc(lab), _esc(_fit(lab, _LABEL_W - 8, 6.6))))
+    step = _nice_step(t1 - t0)
+    k = 0
+    while k * step <= (t1 - t0) + 1e-6:
+        x = plot_x + k * step * scale
+        head.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
+                    % (x, axis_h - 6, x, plot_bottom))
+        anchor = "start" if k == 0 else "end" if x > width - 30 else "middle"
+        head.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="%s">%s</text>'
+                    % (x, axis_h - 10, anchor, _esc(_tick_label(k * step, step))))
+        k += 1
+    head.append('<text class="xsp-tick" x="4" y="%d">window %s</text>'
+                % (axis_h - 10, _esc(fmt_ns(t1 - t0))))
+
+    legend = []
+    lx, ly = plot_x, plot_bottom + 8
+    for name in [k for k in KINDS if k in kinds_drawn] + \
+            (["merged"] if "merged" in kinds_drawn else []):
+        text = "spans under 1 px, merged" if name == "merged" else name
+        wlab = 22 + int(len(text) * 6.6)
+        if lx + wlab > width:
+            lx, ly = plot_x, ly + 18
+        legend.append('<rect class="xsp-key %s" x="%d" y="%d" width="12" height="12"/>'
+                      '<text x="%d" y="%d">%s</text>'
+                      % ("xsp-merged" if name == "merged" else "xsp-k-" + name, lx, ly,
+                         lx + 16, ly + 10, _esc(text)))
+        lx += wlab
+    ny = ly + (30 if legend else 14)
+    if not len(win):
+        notes.insert(0, "no spans in this window")
+    for note in notes:
+        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>'
+                      % (plot_x, ny, _esc(note)))
+        ny += 16
+    height = ny + 4
+
+    style = ("<style>.xsp-tl text{font:11px system-ui,sans-serif;fill:#222;"
+             "pointer-events:none}.xsp-tl .xsp-track,.xsp-tl .xsp-note{pointer-events:auto}"
+             ".xsp-tl .xsp-tick{fill:#555;font-size:10px}.xsp-tl .xsp-note{fill:#8a4b00}"
+             ".xsp-tl .xsp-band{fill:#fafafa}.xsp-tl .xsp-alt{fill:#f0f3f7}"
+             ".xsp-tl .xsp-grid{stroke:#ddd;stroke-width:1}"
+             ".xsp-tl .xsp-s{stroke:#fff;stroke-width:0.5}"
+             ".xsp-tl .xsp-s:hover{stroke:#000;stroke-width:1}"
+             + "".join(".xsp-tl .xsp-k-%s{fill:%s}" % (k, KIND_COLORS[k]) for k in KINDS)
+             + ".xsp-tl .xsp-merged{fill:%s}</style>" % KIND_COLORS["merged"])
+    summary = "xsp timeline: %s, %d spans in the window" % (fmt_ns(t1 - t0), len(win))
+    return ('<svg xmlns="http://www.w3.org/2000/svg" class="xsp-tl" width="%d" height="%d" '
+            'viewBox="0 0 %d %d" role="img" aria-label="%s">%s\n%s\n%s\n%s\n</svg>'
+            % (width, height, width, height, _esc(summary), style, "\n".join(head),
+               "\n".join(out), "\n".join(legend)))
+
+
+# -- tree ---------------------------------------------------------------------------------
+_TREE_CSS = (".xsp-tree{max-width:1100px;font:12px ui-monospace,SFMono-Regular,Menlo,"
+             "monospace;line-height:1.45}"
+             ".xsp-tree details>:not(summary),.xsp-tree .xsp-ch{margin-left:1.4em}"
+             ".xsp-tree summary{cursor:pointer}.xsp-tree .xsp-leaf{padding-left:1.1em}"
+             ".xsp-tree .xsp-k{color:#666}.xsp-tree .xsp-t{font-weight:600}"
+             ".xsp-tree .xsp-sf{color:#555}.xsp-tree .xsp-p{color:#1f5fa8}"
+             ".xsp-tree .xsp-more{color:#8a4b00;padding-left:1.1em}"
+             ".xsp-tree .xsp-f{color:#b00}")
+
+
+def _child_index(parents):
+    """(offs, order): the children of span i are order[offs[i]:offs[i+1]], in id order (start
+    order).  One stable argsort over the parent ids."""
+    n = len(parents)
+    ids = np.flatnonzero(parents >= 0)
+    order = ids[np.argsort(parents[ids], kind="stable")]
+    counts = np.bincount(parents[ids], minlength=n) if len(ids) else np.zeros(n, np.int64)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offs[1:])
+    return offs, order
+
+
+def _gather(offs, order, members):
+    """The children of every span in members (an id array), member by member."""
+    lo = offs[members]
+    cnt = offs[members + 1] - lo
+    total = int(cnt.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    first = np.cumsum(cnt) - cnt
+    return order[np.repeat(lo - first, cnt) + np.arange(total)]
+
+
+def _subtree_sizes(parents, depth):
+    """Spans in each span's subtree, itself included: children added to parents level by
+    level from the deepest (one vectorised pass per nesting level)."""
+    n = len(parents)
+    size = np.ones(n, dtype=np.int64)
+    if not n:
+        return size
+    by_depth = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+    for d in range(int(depth.max()), 0, -1):
+        idx = by_depth[bounds[d]:bounds[d + 1]]
+        np.add.at(size, parents[idx], size[idx])
+    return size
+
+
+def _groups(c, key, merge):
+    """The lines that the sibling spans c make: (ordered ids, starts, counts).  merge=False:
+    runs of consecutive spans with the same key (the children of one span; with fold off
+    every key differs, so one span per line); merge=True: all spans with the same key, in
+    order of first appearance (the children of a folded line)."""
+    k = key[c]
+    if merge:
+        _, first, inv = np.unique(k, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        g = rank[inv.reshape(-1)]
+        o = np.argsort(g, kind="stable")
+        c = c[o]
+        counts = np.bincount(g)
+        starts = np.cumsum(counts) - counts
+        return c, starts, counts
+    starts = np.concatenate(([0], np.flatnonzero(k[1:] != k[:-1]) + 1)) if len(c) else \
+        np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.append(starts, len(c)))
+    return c, starts, counts
+
+
+def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, max_nodes=2000,
+              open_depth=2):
+    """The span tree as nested <details>/<summary> (collapsible without JavaScript), a str: a
+    <div class="xsp-tree"> with its own small <style>.
+
+    Each line: name, [kind and the `type` attribute when present and not the name], inclusive
+    time, self time, share of the reference: the root's duration (root: a span id or Span), or
+    with root None (every root of the trace) the trace's extent (first start to last end).
+    fold: consecutive siblings with the same name and kind make one line ('x12 aten::add [op]
+    1.200 ms, ...', times summed, with the mean); the children of a folded line are its members'
+    children, merged by name and kind in order of first appearance.  Lines under min_share of
+    the reference are hidden and counted per parent ('… 7 more, 40.000 us ...').  max_depth:
+    the deepest line shown (the top line is depth 0); what is below is counted on the line.
+    max_nodes: at most this many lines; the spans left are counted at the end.  Lines at depth
+    below open_depth are open, deeper ones closed.  Linear in the number of spans: children are
+    indexed once (argsort of the parent ids) and each span is grouped once.  Raises IndexError
+    for a root out of range, ValueError for max_nodes under 1 or a negative min_share."""
+    n = len(trace)
+    if max_nodes < 1:
+        raise ValueError("max_nodes must be at least 1, not %r" % (max_nodes,))
+    if not min_share >= 0:
+        raise ValueError("min_share must be a fraction >= 0, not %r" % (min_share,))
+    parents = trace.parent_ids
+    dur = trace.duration_ns
+    selft = trace.self_ns
+    key = trace.name_codes.astype(np.int64) * len(KINDS) + trace.kind_codes
+    flags = trace.flag_bits
+    if root is None:
+        tops = np.flatnonzero(parents < 0)
+        ref = int(trace.end_ns.max() - trace.start_ns.min()) if n else 0
+        ref_name = "the trace"
+    else:
+        r = int(getattr(root, "id", root))
+        if not 0 <= r < n:
+            raise IndexError("root span id %d out of range (trace has %d spans)" % (r, n))
+        tops = np.array([r], dtype=np.int64)
+        ref = int(dur[r])
+        ref_name = "the root"
+    thr = min_share * ref
+    offs, order = _child_index(parents)
+    size = _subtree_sizes(parents, trace.depth.astype(np.int64))
+    types = _type_of(trace)
+    total = int(size[tops].sum())
+    shown = [0]             # lines written
+    accounted = [0]         # spans on a line or counted in a note
+    out = ['<div class="xsp-tree"><style>%s</style>' % _TREE_CSS]
+
+    def line_html(members, below):
+        i = int(members[0])
+        name, lab = _label(trace, i, types)
+        cnt = len(members)
+        incl = int(dur[members].sum())
+        own = int(selft[members].sum())
+        share = incl / ref if ref else None
+        txt = ['<span class="xsp-n">%s%s</span>' % ("x%d " % cnt if cnt > 1 else "",
+                                                    _esc(name)),
+               ' <span class="xsp-k">[%s]</span>' % _esc(lab),
+               ' <span class="xsp-t">%s</span>' % fmt_ns(incl),
+               '<span class="xsp-sf">, self %s</span>' % fmt_ns(own),
+               '<span class="xsp-p">, %s</span>' % _share(share)]
+        if cnt > 1:
+            txt.append('<span class="xsp-sf">, mean %s</span>' % fmt_ns(incl // cnt))
+        fl = int(np.bitwise_or.reduce(flags[members]))
+        if fl:
+            txt.append(' <span class="xsp-f">{%s}</span>' % ",".join(
+                f for b, f in ((1, "open at stop"), (2, "forced end")) if fl & b))
+        if below:
+            txt.append(' <span class="xsp-more">… %s below (max_depth %d)</span>'
+                       % (_n(below), max_depth))
+        bar = min(max(share or 0.0, 0.0), 1.0) * 100
+        style = (' style="background:linear-gradient(90deg,#e4edf8 %.1f%%,transparent 0)"'
+                 % bar) if bar >= 0.1 else ""
+        return style, "".join(txt)
+
+    def hidden_note(cnt, t):
+        return ('<div class="xsp-more">… %d more, %s (each line under %s of %s)</div>'
+                % (cnt, fmt_ns(t), _share(min_share), ref_name))
+
+    def visible(c, merge):
+        """Split siblings c into lines; returns (list of member arrays shown, hidden note or
+        None), accounting the hidden spans (with their subtrees)."""
+        if not len(c):
+            return [], None
+        if not fold:
+            starts = np.arange(len(c))
+            counts = np.ones(len(c), dtype=np.int64)
+        else:
+            c, starts, counts = _groups(c, key, merge)
+        totals = np.add.reduceat(dur[c], starts)
+        keep = totals >= thr
+        note = None
+        if not keep.all():
+            hid = np.repeat(~keep, counts)
+            accounted[0] += int(size[c[hid]].sum())
+            note = hidden_note(int(counts[~keep].sum()), int(totals[~keep].sum()))
+        lines = [c[a:a + b] for a, b in zip(starts[keep].tolist(), counts[keep].tolist())]
+        return lines, note
+
+    # explicit stack (nesting reaches 1024 levels, past Python's recursion limit): entries are
+    # ("node", members, depth) or ("html", text)
+    todo = []
+    top_lines, top_note = visible(tops, False) if root is None else ([tops], None)
+    if top_note:
+        todo.append(("html", top_note))
+    todo.extend(("node", m, 0) for m in reversed(top_lines))
+    stopped = False
+    while todo:
+        kind, a, *rest = todo.pop()
+        if kind == "html":
+            out.append(a)
+            continue
+        if stopped:
+            continue
+        members, d = a, rest[0]
+        if shown[0] >= max_nodes:
+            stopped = True
+            continue
+        shown[0] += 1
+        accounted[0] += len(members)
+        if max_depth is not None and d >= max_depth:
+            below = int(size[members].sum()) - len(members)
+            accounted[0] += below
+            style, txt = line_html(members, below)
+            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
+            continue
+        kids = order[offs[members[0]]:offs[members[0] + 1]] if len(members) == 1 else \
+            _gather(offs, order, members)
+        lines, note = visible(kids, len(members) > 1)
+        style, txt = line_html(members, 0)
+        if not lines and not note:
+            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
+            continue
+        out.append('<details%s><summary%s>%s</summary><div class="xsp-ch">'
+                   % (" open" if d < open_depth else "", style, txt))
+        todo.append(("html", "</div></details>"))
+        if note:
+            todo.append(("html", note))
+        todo.extend(("node", m, d + 1) for m in reversed(lines))
+    if stopped:
+        out.append('<div class="xsp-more">… stopped at max_nodes %d lines; %s not '
+                   'shown</div>' % (max_nodes, _n(total - accounted[0])))
+    if not n:
+        out.append('<div class="xsp-more">no spans</div>')
+    out.append("</div>")
+    return "\n".join(out)
+
+
+# -- tables -------------------------------------------------------------------------------
+def _fmt_bytes(v):
+    a = abs(v)
+    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if a >= div:
+            return "%.1f %s" % (v / div, unit)
+    return "%d B" % v
+
+
+def _missing(v):
+    return v is None or type(v).__name__ in ("NAType", "NaTType") or \
+        (isinstance(v, float) and math.isnan(v))
+
+
+def _plain(v):
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if v.is_integer() and abs(v) < 1e15:
+            return "%d" % v
+        return "%.1f" % v if abs(v) >= 1000 else "%.4g" % v
+    return str(v)
+
+
+_UNIT_SUFFIX = {"ns": "_ns", "bytes": "_bytes"}
+
+
+def _unit_of(col):
+    c = str(col)
+    if c.endswith("_ns"):
+        return "ns"
+    if c.endswith("share"):
+        return "share"
+    if c.endswith("_bytes"):
+        return "bytes"
+    return None
+
+
+def table_html(df, *, units=None):
+    """A DataFrame as an HTML <table class="xsp"> (a str), formatted for reading; the frame is
+    left as it is.  Each column's unit comes from units (a dict column -> "ns", "share",
+    "bytes" or None for plain) or else from its name: ..._ns -> durations with units in the
+    cells ("1.952 ms"), ...share -> "12.3%", ..._bytes -> "4.0 KiB".  Headers drop the unit
+    suffix and show underscores as spaces ("total_ns" -> "total", "gpu_share" -> "gpu share")
+    unless two headers would then be the same.  Missing values (None, NaN, NA) show as "-";
+    numeric columns are right-aligned (class xsp-num).  Everything is escaped."""
+    units = dict(units or {})
+    cols = list(df.columns)
+    unit = {c: units[c] if c in units else _unit_of(c) for c in cols}
+    for c, u in unit.items():
+        if u not in (None, "ns", "share", "bytes"):
+            raise ValueError("unit of column %r must be 'ns', 'share', 'bytes' or None, not %r"
+                             % (c, u))
+    heads = []
+    for c in cols:
+        h = str(c)
+        suf = _UNIT_SUFFIX.get(unit[c])
+        if suf and h.endswith(suf) and len(h) > len(suf):
+            h = h[:-len(suf)]
+        heads.append(h.replace("_", " "))
+    for j, c in enumerate(cols):        # a header made ambiguous keeps the column's name
+        if heads.count(heads[j]) > 1:
+            heads[j] = str(c)
+    fmt = {"ns": fmt_ns, "share": _share, "bytes": _fmt_bytes, None: _plain}
+    body = []
+    columns = [df[c].tolist() for c in cols]
+    numeric = []
+    for c, vals in zip(cols, columns):
+        numeric.append(unit[c] is not None or all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            for v in vals if not _missing(v)) and any(not _missing(v) for v in vals))
+    for r in range(len(df)):
+        cells = []
+        for j, c in enumerate(cols):
+            v = columns[j][r]
+            text = "-" if _missing(v) else fmt[unit[c]](v)
+            cells.append('<td%s>%s</td>' % (' class="xsp-num"' if numeric[j] else "",
+                                            _esc(text)))
+        body.append("<tr>%s</tr>" % "".join(cells))
+    head = "".join('<th%s>%s</th>' % (' class="xsp-num"' if numeric[j] else "", _esc(h))
+                   for j, h in enumerate(heads))
+    return ('<table class="xsp"><thead><tr>%s</tr></thead><tbody>\n%s\n</tbody></table>'
+            % (head, "\n".join(body)))
+
+
+# -- a standalone page ----------------------------------------------------------------------
+CSS = ("body{font:13px system-ui,sans-serif;margin:16px;color:#222}"
+       "h1{font-size:18px}h2{font-size:15px;margin:18px 0 6px}"
+       "table.xsp{border-collapse:collapse}table.xsp td,table.xsp th{border:1px solid #ccc;"
+       "padding:2px 6px;text-align:left}table.xsp .xsp-num{text-align:right}"
+       "table.xsp th{background:#f3f3f3}")
+
+
+def page(title, *parts):
+    """A standalone HTML document (a str): title as <title> and <h1> (escaped), then parts
+    (HTML strings, e.g. from the functions above) in order, with CSS for the tables."""
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>%s</title>'
+            '<style>%s</style></head><body>\n<h1>%s</h1>\n%s\n</body></html>\n'
+            % (_esc(title), CSS, _esc(title), "\n".join(parts)))
