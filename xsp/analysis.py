@@ -511,9 +511,16 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     ids = np.nonzero(sel)[0]
     if not len(ids):
         return _empty(cols)
+    # a merged redispatch's self time is its own: it goes to the call it is merged into (the
+    # top of its chain of same-name single children)
+    self_ns = src.col("self_ns", 0).astype(np.int64)
+    if dup.any():
+        self_ns = self_ns.copy()
+        top = nearest_ancestor(par, ~dup, include_self=True)
+        d = np.nonzero(dup)[0]
+        np.add.at(self_ns, top[d], self_ns[d])
     df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids], "first": ids,
-                       "total_ns": src.dur[ids],
-                       "self_ns": src.col("self_ns", 0)[ids].astype(np.int64)})
+                       "total_ns": src.dur[ids], "self_ns": self_ns[ids]})
     keys = ["name"]
     if by_shape:
         df["shapes"] = [str(v) if v is not None else "" for v in src.col("shapes", None)[ids]]

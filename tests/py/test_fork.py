@@ -129,5 +129,5 @@ def test_fork_outside_a_profile_changes_nothing():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     with xsp.profile(levels="M") as prof:
-        torch.nn.ReLU()(torch.ones(1))
+        torch.nn.Sequential(torch.nn.ReLU())(torch.ones(1))
     assert [s.kind for s in prof.trace] == ["region", "model"]

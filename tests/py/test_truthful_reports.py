@@ -225,6 +225,18 @@ def test_op_table_exact():
         A.ops(tr, by_shape=True)
 
 
+def test_op_table_merges_a_redispatch_with_its_self_time():
+    spans = [S("prof", "region", 0, 200), S("step#1", "step", 0, 200, 0),
+             S("Net", "model", 0, 200, 1, type="Net"),
+             S("aten::to", "op", 10, 90, 2), S("aten::to", "op", 20, 80, 3),
+             S("aten::copy_", "op", 30, 40, 4)]
+    ops = A.ops(xsp.Trace.from_spans(spans, meta={"levels": "ML"}))
+    # one aten::to call (the inner one is its redispatch): self 80 - 10 (copy_), as
+    # torch.profiler's key_averages gives it
+    assert rows(ops[["name", "calls", "total_ns", "self_ns"]]) == [
+        ("aten::to", 1, 80, 70), ("aten::copy_", 1, 10, 10)]
+
+
 def test_op_table_gpu_columns_exact():
     from test_analysis import gpu_trace
     ops = A.ops(gpu_trace())
