@@ -29,6 +29,10 @@ def _load_checker():
 
 
 B = _load_checker()
+if B.find_chromium() is None and os.environ.get("XSP_TEST_TOOLS") == "1":
+    # `make test` installed the test tools: a missing browser is a failure there, not a skip
+    raise RuntimeError("XSP_TEST_TOOLS=1 but chromium is not installed: scripts/setup.sh "
+                       "could not install it (see its warning)")
 needs_chromium = pytest.mark.skipif(
     B.find_chromium() is None,
     reason="chromium is not installed: run `XSP_TEST_TOOLS=1 scripts/setup.sh` (as root or "
@@ -103,3 +107,36 @@ def test_png_decoder_agrees_with_matplotlib(tmp_path):
     assert (w, h) == (60, 40) and np.array_equal(got, want)
     ink = B.ink(path)
     assert ink[0] == int((img < B.INK_LEVEL).any(axis=-1).sum()) and ink[2:] == (5, 34)
+
+
+@needs_chromium
+def test_the_report_of_a_real_training_loop_renders_in_chromium(tmp_path):
+    """xsp.report.html on a recorded training loop (what `xsp report` writes), in the browser:
+    every section there, the timeline and tree parsed, integer iteration ticks (matplotlib's
+    PNGs), no console message, nothing loaded from outside."""
+    import torch
+    from torch import nn
+
+    import xsp
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 2])
+    with xsp.profile(levels="ML", name="train") as prof:
+        for _ in range(4):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            prof.step()
+    path = tmp_path / "train.html"
+    doc = xsp.report.html(prof.trace, path=str(path))
+    res = B.check(str(path), screenshot=str(tmp_path / "train.png"),
+                  expect=["xsp report: train", "4 iterations: steps", "Iterations, by phase",
+                          "Top 10 ops", "Timeline of iteration", "Tree of that iteration",
+                          "<svg", "<details open", "alt=\"Latency per iteration\""])
+    assert res.ok, res.report()
+    assert res.console == [] and res.outside == []
+    assert len(re.findall(r'<rect class="xsp-s ', res.dom)) == \
+        len(re.findall(r'<rect class="xsp-s ', doc)) > 10
+    assert res.dom.count("<details") == doc.count("<details")
+    assert res.ink_fraction > 0.01, res.report()
