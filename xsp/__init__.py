@@ -23,13 +23,14 @@ from .errors import (GPUError, LevelUnavailableError, ProfilerError, SessionActi
                      SessionStateError, SourceError, TraceFormatError, TraceLostError,
                      XSPWarning)
 from .levels import parse_levels
-from .profiler import profile, step
+from .profiler import profile, schedule, step
 from .trace import Span, Trace, load
 
 from ._version import __version__
 
 __all__ = [
     "profile",
+    "schedule",
     "step",
     "measure",
     "sweep",

@@ -99,9 +99,18 @@ class _Source:
         targets = np.nonzero(np.isin(self.kind, targets_kinds) & below)[0]
         if len(targets):
             level = ancestor_count(self.parent, np.isin(self.kind, targets_kinds))[targets]
-            for lv in range(int(level.max()), 0, -1):
-                t = targets[level == lv]
-                np.add.at(out, up[t], out[t])
+            if int(level.max()) <= 64:
+                for lv in range(int(level.max()), 0, -1):
+                    t = targets[level == lv]
+                    np.add.at(out, up[t], out[t])
+            else:
+                # deeper nesting (a scan per level would be quadratic): one pass over the
+                # targets from the last, as every target's ancestors have smaller ids; sums
+                # wrap as int64 ones do
+                acc, to, wrap = out.view(np.uint64).tolist(), up.tolist(), (1 << 64) - 1
+                for t in targets[::-1].tolist():
+                    acc[to[t]] = (acc[to[t]] + acc[t]) & wrap
+                out = np.array(acc, dtype=np.uint64).view(np.int64)
         return out
 
     # -- iterations (docs/analyses.md, "Iterations") -----------------------------------------

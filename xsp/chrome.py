@@ -9,16 +9,22 @@ import json
 import math
 import os
 
-from ._util import atomic_write
+import numpy as np
+
+from ._util import atomic_write, printable
 from .trace import KINDS, LEVELS
 
 
 def _finite(obj):
-    """JSON has no NaN or infinity: non-finite floats become strings."""
+    """JSON has no NaN or infinity: non-finite floats become strings; and strings holding
+    bytes that were not UTF-8 (lone surrogates, which viewers may refuse as JSON escapes) get
+    '?' for them."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return repr(obj)
+    if isinstance(obj, str):
+        return printable(obj)
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {_finite(k): _finite(v) for k, v in obj.items()}
     return obj
 
 
@@ -30,23 +36,43 @@ def _us(ns):
     return "%d.%03d" % divmod(int(ns), 1000)
 
 
+def _pid(trace):
+    """(pid, note): the trace's meta pid when it is a process id (an int from 0 to 2**31-1),
+    else 0 with a note saying why; without a meta pid (a hand-made trace), this process's."""
+    if "pid" not in trace.meta:
+        return os.getpid(), None
+    pid = trace.meta["pid"]
+    if isinstance(pid, int) and 0 <= pid < 2 ** 31:
+        return pid, None
+    return 0, ("meta pid %r is not a process id (an int from 0 to 2**31-1); events use pid 0"
+               % (pid,))
+
+
 def write(trace, path):
     """Writes trace (an xsp.Trace) to path as Chrome trace event JSON (chrome://tracing,
     Perfetto UI): one track per thread, complete ("X") events with ns-exact microsecond
     timestamps relative to the first span, so nesting is kept; span id, parent and attributes
-    go into args.  Written atomically; raises OSError on failure."""
-    pid = int(trace.meta.get("pid", os.getpid()))
-    t0 = int(trace.start_ns.min()) if len(trace) else 0
+    go into args (an attribute named id or parent as attr.id, attr.parent).  The process id
+    is the trace's meta pid; one that is not an int from 0 to 2**31-1 (a damaged or
+    hand-made trace) is replaced by 0 and otherData.xsp.pid_note says so.  Written
+    atomically; raises OSError on failure."""
+    pid, note = _pid(trace)
+    # times as the uint64 they are in the trace: exact past 2**63 too, in Python ints
+    start = trace.start_ns.view(np.uint64)
+    t0 = int(start.min()) if len(trace) else 0
     parents = trace.parent_ids
-    atomic_write(path, lambda f: _write(trace, f, pid, t0, parents))
+    atomic_write(path, lambda f: _write(trace, f, pid, note, t0, parents))
 
 
-def _write(trace, f, pid, t0, parents):
+def _write(trace, f, pid, note, t0, parents):
+    other = {"meta": trace.meta, "counters": trace.counters}
+    if note:
+        other["pid_note"] = note
     f.write('{"displayTimeUnit":"ns","otherData":')
-    f.write(_dumps({"xsp": {"meta": trace.meta, "counters": trace.counters}}))
+    f.write(_dumps({"xsp": other}))
     f.write(',"traceEvents":[\n')
     f.write(_dumps({"ph": "M", "name": "process_name", "pid": pid,
-                    "args": {"name": "xsp: %s" % trace.meta.get("region", "trace")}}))
+                    "args": {"name": "xsp: %s" % (trace.meta.get("region", "trace"),)}}))
     for tid, name, _kind in trace.threads:
         f.write(",\n")
         f.write(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
@@ -54,12 +80,19 @@ def _write(trace, f, pid, t0, parents):
     names = [_dumps(s) for s in trace.strings]
     cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
     tids = [t[0] for t in trace.threads]
-    start, end = trace.start_ns, trace.end_ns
+    start = trace.start_ns.view(np.uint64).tolist()
+    end = trace.end_ns.view(np.uint64).tolist()
     name, kind, level = trace.name_codes, trace.kind_codes, trace.level_codes
     thread = trace.thread_index
     attrs_of = trace.attrs_of
     for i in range(len(trace)):
         args = attrs_of(i)
+        for k in ("id", "parent"):
+            if k in args:
+                key = "attr." + k
+                while key in args:
+                    key = "attr." + key
+                args[key] = args.pop(k)
         args["id"] = i
         if parents[i] >= 0:
             args["parent"] = int(parents[i])

@@ -277,7 +277,14 @@ class profile(_core.Session):
         counters ("lost.cap"), never a crash.
     gpu_max_memory: cap in bytes on the GPU records kept (past it they are counted in
         "gpu.lost"); CUPTI's own buffers come on top (8 MiB each, at most 32).
-    Only one profile records at a time; starting a second raises SessionActiveError.
+    schedule: an xsp.schedule, to record a few steps of a long job as torch.profiler's
+        schedule does: one trace per cycle of warmup and active steps, counted by step() calls
+        (prof.trace the latest, prof.traces all of them when on_trace_ready is None).
+    on_trace_ready: with a schedule, called as on_trace_ready(prof) once each cycle's trace is
+        prof.trace, before the next cycle starts; what it raises is raised from step() (or at
+        the block's end) once the profile is consistent.
+    Only one profile records at a time; starting a second raises SessionActiveError (with a
+    schedule: during the whole block, recording or not).
 
     Interrupts: start and stop are one C call each.  After any exception or KeyboardInterrupt at
     any moment of the block, including during start and stop, nothing stays installed and the
@@ -289,8 +296,13 @@ class profile(_core.Session):
 
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
-                 profile_memory=False, model=None):
+                 profile_memory=False, model=None, schedule=None, on_trace_ready=None):
         levels = parse_levels(levels)
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
+        if on_trace_ready is not None and (schedule is None or not callable(on_trace_ready)):
+            raise TypeError("on_trace_ready must be a callable, and needs a schedule")
+        self.schedule = schedule
         if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
             raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
                              % (gpu_max_memory,))
@@ -306,6 +318,9 @@ class profile(_core.Session):
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
         self._trace = None
+        self._wrapped = []          # [(TraceData, Trace)]: each wrapped once; every cycle's
+                                    # with a schedule and no on_trace_ready, else the latest
+        self._keep_all = schedule is not None and on_trace_ready is None
         torch = None
         if "L" in levels or "G" in levels:
             torch = _import_torch()
@@ -340,7 +355,9 @@ class profile(_core.Session):
                     # {ident: Thread}, read in C at stop (no Python runs there)
                     threads=threading._active,
                     side=self._modules.side if self._modules is not None else None,
-                    hook_owner=self._modules, meta=meta, where=_caller())
+                    hook_owner=self._modules, meta=meta, where=_caller(),
+                    schedule=schedule._fields() if schedule is not None else None,
+                    on_trace_ready=on_trace_ready)
 
     def _no_gpu(self, msg, levels):
         if not self.gpu_fallback:
@@ -357,12 +374,30 @@ class profile(_core.Session):
 
     @property
     def trace(self):
-        """The xsp.Trace, once the profile has stopped (else None)."""
-        if self._trace is None:
-            data = self._data
-            if data is not None:
-                self._trace = Trace(data)
+        """The xsp.Trace, once the profile has stopped (else None); with a schedule, the
+        latest cycle's, from the moment it is delivered (during the block too)."""
+        data = self._data
+        if data is not None and (self._trace is None or self._trace._data is not data):
+            self._trace = self._wrap(data)
         return self._trace
+
+    @property
+    def traces(self):
+        """With a schedule and no on_trace_ready: a list of every cycle's trace so far, in
+        order (with on_trace_ready: empty, so that long jobs do not keep them all).  Without a
+        schedule: [prof.trace] once stopped."""
+        return [self._wrap(d) for d in self._traces]
+
+    def _wrap(self, data):
+        for d, tr in self._wrapped:
+            if d is data:
+                return tr
+        tr = Trace(data)
+        if self._keep_all:
+            self._wrapped.append((data, tr))
+        else:
+            self._wrapped[:] = [(data, tr)]
+        return tr
 
     # -- starting and stopping: __enter__ and __exit__ are the C type's ------------------------
     def start(self):
@@ -381,7 +416,9 @@ class profile(_core.Session):
 
         Steps are M-level spans "step#0", "step#1", ... under the region; the step open at stop
         is kept only if something was recorded in it.  Call it between model calls, not inside
-        one (ProfilerError).  Without M in the levels it does nothing.
+        one (ProfilerError).  Without M in the levels it does nothing.  With a schedule it also
+        counts the steps, ending and starting cycles (and running on_trace_ready) as the
+        schedule says; what on_trace_ready raised is raised from here.
         """
         if (self._state == "recording" and self._modules is not None and "M" in self.levels
                 and threading.get_ident() == self._thread and self._modules.depth()):
@@ -435,6 +472,54 @@ def _model_matcher(model, torch):
         return False
 
     return is_model
+
+
+class Schedule:
+    """A step schedule (xsp.schedule(...)): which steps a profile records, as torch.profiler's
+    schedule.  Immutable; the C binding runs it (csrc/core/session.h, xsp_schedule)."""
+
+    __slots__ = ("wait", "warmup", "active", "repeat", "skip_first")
+    _FIELDS = __slots__
+
+    def __init__(self, wait, warmup, active, repeat, skip_first):
+        for key, value in zip(self._FIELDS, (wait, warmup, active, repeat, skip_first)):
+            low = 1 if key == "active" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or not \
+                    low <= value < 1 << 31:
+                raise ValueError("xsp.schedule: %s must be an int of at least %d (below 2**31), "
+                                 "not %r" % (key, low, value))
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        raise AttributeError("xsp.schedule is immutable: make a new one")
+
+    __delattr__ = __setattr__
+
+    def _fields(self):
+        return tuple(getattr(self, k) for k in self._FIELDS)
+
+    def __eq__(self, other):
+        return isinstance(other, Schedule) and self._fields() == other._fields()
+
+    def __hash__(self):
+        return hash(self._fields())
+
+    def __reduce__(self):
+        return (Schedule, self._fields())
+
+    def __repr__(self):
+        return "xsp.schedule(%s)" % ", ".join("%s=%d" % (k, getattr(self, k))
+                                               for k in self._FIELDS)
+
+
+def schedule(*, wait=0, warmup=0, active=1, repeat=0, skip_first=0):
+    """A step schedule for xsp.profile(schedule=...), as torch.profiler.schedule: steps are
+    counted by step() calls (step n is the work between the n-th and the (n+1)-th call, step 0
+    the work before the first); the first skip_first steps are not recorded, then come cycles of
+    wait steps (not recorded), warmup steps (recorded, then cut off the trace: the recorder warms
+    up) and active steps (recorded), repeat cycles of them (0: for ever).  Each cycle becomes
+    one trace.  All are ints >= 0, active >= 1 (else ValueError)."""
+    return Schedule(wait, warmup, active, repeat, skip_first)
 
 
 def step():

@@ -29,6 +29,17 @@ KINDS = _core.KINDS
 LEVELS = _core.LEVELS
 NO_PARENT = 0xFFFFFFFF
 
+# what a name shows in a line of text: C0 controls, DEL and the other characters that
+# str.splitlines() breaks at, escaped, so that one span stays one line
+_CONTROLS = {c: "\\x%02x" % c for c in list(range(32)) + [0x7f, 0x85]}
+_CONTROLS.update({0x0a: "\\n", 0x09: "\\t", 0x0d: "\\r", 0x2028: "\\u2028",
+                  0x2029: "\\u2029"})
+
+
+def _clean(text):
+    """text for one line of the tree: control characters escaped (see _CONTROLS)."""
+    return text.translate(_CONTROLS)
+
 
 def load(path):
     """Reads a trace written by Trace.save. Raises xsp.TraceFormatError (with .offset) for a
@@ -502,7 +513,7 @@ class Trace:
     # -- views -------------------------------------------------------------------------------
     def __repr__(self):
         n = len(self)
-        span = _fmt_ns(self.end_ns.max() - self.start_ns.min()) if n else "0 ns"
+        span = _fmt_ns(self._extent_ns())
         per = ", ".join("%s %d" % (lv, int((self._level == k).sum()))
                         for k, lv in enumerate(LEVELS) if (self._level == k).any())
         return "<xsp.Trace %d spans (%s), %d threads, %s, lost %d>" % (
@@ -516,7 +527,7 @@ class Trace:
         plots is xsp.report.html_fragment(trace)."""
         esc = _html.escape
         n = len(self)
-        span = _fmt_ns(self.end_ns.max() - self.start_ns.min()) if n else "0 ns"
+        span = _fmt_ns(self._extent_ns())
         rows = "".join("<tr><td>%s (%s)</td><td>%d</td></tr>" % (
             esc(lv), esc(_LEVEL_NAMES.get(lv, "?")), int((self._level == k).sum()))
             for k, lv in enumerate(LEVELS))
@@ -542,87 +553,258 @@ class Trace:
         ]
         return _printable("\n".join(parts))
 
-    def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None):
+    # tree(): the indent of the innermost 32 levels is drawn; a deeper line keeps that width and
+    # ends with its depth, so the text of a deep chain grows linearly, not with depth squared
+    _TREE_INDENT = 32
+    _TREE_NAME_MAX = 400       # characters of a name a line shows (the rest as "…")
+    _FLAG_NAMES = ((1, "open at stop"), (2, "forced end"))
+    # counters the tree's last line leaves out: a count of what was recorded, and what the
+    # span lines' flags already show
+    _TREE_QUIET = ("gpu.records", "forced_end", "open_at_stop")
+
+    def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None,
+             min_share=None, fold=True, max_lines=None):
         """A readable text tree: one line per span with kind, duration and self time.
 
         max_depth: deepest level shown (the top line is depth 0); min_duration_ns: hide
-        shorter spans; max_children: show at most this many children per span (the rest
-        summarised in one line); root: a span or span id to print the subtree of (default:
-        every root).
+        shorter spans; min_share: hide spans shorter than this fraction (0 to 1) of the root
+        printed (of the whole trace when printing every root); max_children: show at most this
+        many children (folded lines) per span, the rest summarised in one line; root: a span
+        or span id to print the subtree of (default: every root).
+
+        fold: consecutive siblings with the same name and kind become one line, "x12
+        aten::add [op] 1.200 us (mean 100 ns)": their total and mean duration; below it, the
+        subtree of the first of them (the line then ends "first shown below").
+
+        max_lines: stop after this many lines and end with one saying how many were left out.
+        A last line lists the counters of what was not recorded normally, when any is
+        nonzero: "lost spans: 3 (lost.cap 2, lost.depth 1); other counters: unmatched_end 1"
+        ("counters: unmatched_end 1" when no span was lost).  Lines deeper than 32 levels keep
+        the indent of 32 and end with "[depth N]".  Names are shown with control characters
+        escaped, bytes that are not UTF-8 as '?', and cut to 400 characters ("…").
+        Raises TypeError or ValueError for a min_share or max_lines out of range.
         """
         if root is not None:
             root = self[int(getattr(root, "id", root))].id
-        lines = list(self._tree_lines(root, max_depth, min_duration_ns, max_children))
-        if self.lost or self.counters.get("unmatched_end"):
-            lines.append("(lost spans: %d; counters: %s)" % (self.lost, self.counters))
-        return "\n".join(lines)
+        if min_share is not None:
+            if isinstance(min_share, bool) or not isinstance(min_share, (int, float,
+                                                                         np.integer,
+                                                                         np.floating)):
+                raise TypeError("min_share must be a number from 0 to 1, not %s"
+                                % type(min_share).__name__)
+            if not 0 <= min_share <= 1:
+                raise ValueError("min_share must be a fraction from 0 to 1, not %r"
+                                 % (min_share,))
+        if max_lines is not None:
+            if isinstance(max_lines, bool) or not isinstance(max_lines, (int, np.integer)):
+                raise TypeError("max_lines must be an int, not %s" % type(max_lines).__name__)
+            if max_lines < 0:
+                raise ValueError("max_lines must be 0 or more, not %d" % max_lines)
+        items = self._tree_items(root, max_depth, min_duration_ns, max_children, min_share,
+                                 fold)
+        line = self._tree_formatter()
+        if max_lines is None:
+            lines = [line(it) for it in items]
+        else:
+            lines = [line(it) for it in itertools.islice(items, int(max_lines))]
+            rest = sum(1 for _ in items)
+            if rest:
+                lines.append("… %d more line%s (max_lines=%d)"
+                             % (rest, "" if rest == 1 else "s", max_lines))
+        tail = self._counters_line()
+        if tail:
+            lines.append(tail)
+        return _printable("\n".join(lines))
 
-    def _tree_lines(self, root, max_depth, min_duration_ns, max_children):
-        """The lines of tree(), one at a time (so a caller may stop early); root: a span id
-        or None for every root."""
+    def _counters_line(self):
+        """The tree's last line: the nonzero counters of what was not recorded normally, or
+        None when there are none."""
+        c = {k: v for k, v in self.counters.items() if v and k not in self._TREE_QUIET}
+        if not c:
+            return None
+        lost = ("lost.cap", "lost.depth")
+        parts = []
+        if any(k in c for k in lost):
+            parts.append("lost spans: %d (%s)" % (self.lost, ", ".join(
+                "%s %d" % (k, c[k]) for k in lost if k in c)))
+        others = sorted(k for k in c if k not in lost)
+        if others:
+            parts.append("%s: %s" % ("other counters" if parts else "counters", ", ".join(
+                "%s %d" % (_clean(k), c[k]) for k in others)))
+        return "; ".join(parts)
+
+    def _extent_ns(self):
+        """Last end minus first start, a Python int (times read as the uint64 they are)."""
+        if not len(self):
+            return 0
+        return int(self.end_ns.view(np.uint64).max()) - int(self.start_ns.view(np.uint64).min())
+
+    def _tree_lines(self, root, max_depth, min_duration_ns, max_children, min_share=None,
+                    fold=True):
+        """The lines of tree() without its last counters line, one at a time (so a caller may
+        stop early); root: a span id or None for every root."""
+        line = self._tree_formatter()
+        for it in self._tree_items(root, max_depth, min_duration_ns, max_children, min_share,
+                                   fold):
+            yield line(it)
+
+    def _tree_items(self, root, max_depth, min_duration_ns, max_children, min_share, fold):
+        """What tree() shows, one line at a time, unformatted (counting lines costs no
+        formatting): (what, ids, prefix, connector, depth, extra) with what "span" (ids: one
+        span id), "fold" (ids: the folded spans; extra: whether the first's subtree follows) or
+        "more" (ids: the spans left out by max_children)."""
         dur = self.duration_ns
-        selft = self.self_ns
+        visible = dur >= min_duration_ns
+        if min_share is not None and len(self):
+            base = int(dur[root]) if root is not None else self._extent_ns()
+            visible &= dur >= float(min_share) * base
+        names, kinds = self._name, self._kind
+        width = 3 * (self._TREE_INDENT - 1)
 
-        def label(i):
-            s = "%s [%s" % (self.strings[self._name[i]], KINDS[self._kind[i]])
-            typ = self.attrs_of(i).get("type") if self._attr_n[i] else None
-            if typ and typ != self.strings[self._name[i]]:
-                s += " " + typ
-            s += "] %s" % _fmt_ns(dur[i])
-            if selft[i] != dur[i]:
-                s += " (self %s)" % _fmt_ns(selft[i])
-            if self._flags[i]:
-                s += " {%s}" % ",".join(f for b, f in ((1, "open at stop"), (2, "forced end"))
-                                        if self._flags[i] & b)
-            return s
+        def groups(ids):
+            """ids (visible siblings, an int array) as runs to show: one span each, or with
+            fold, consecutive spans with the same name and kind together."""
+            ids = ids.tolist()
+            if not fold or len(ids) < 2:
+                return [[i] for i in ids]
+            out = []
+            keys = list(zip(names[ids].tolist(), kinds[ids].tolist()))
+            for k, i in zip(keys, ids):
+                if out and k == prev:
+                    out[-1].append(i)
+                else:
+                    out.append([i])
+                prev = k
+            return out
+
+        def shown_children(i, depth):
+            if max_depth is not None and depth >= max_depth:
+                return []
+            kids = self.children_of(i)
+            return groups(kids[visible[kids]])
 
         def walk(top):
-            # explicit stack: traces nest up to 1024 levels per thread, past Python's recursion
-            # limit; an entry is a span (id, prefix, last, depth) or a ready line (str)
+            # an explicit stack: nesting may be far deeper than Python's recursion limit; an
+            # entry is (group, prefix, last, depth) or a ready "more" item (a tuple of 6)
             todo = [(top, "", True, 0)]
             while todo:
                 item = todo.pop()
-                if isinstance(item, str):
+                if len(item) == 6:
                     yield item
                     continue
-                i, prefix, last, depth = item
+                group, prefix, last, depth = item
                 conn = "" if depth == 0 else ("└─ " if last else "├─ ")
-                yield prefix + conn + label(i)
-                if max_depth is not None and depth >= max_depth:
+                kids = shown_children(group[0], depth)
+                if len(group) == 1:
+                    yield ("span", group, prefix, conn, depth, False)
+                else:
+                    yield ("fold", group, prefix, conn, depth, bool(kids))
+                if not kids:
                     continue
-                kids = [int(k) for k in self.children_of(i) if dur[k] >= min_duration_ns]
                 shown = kids if max_children is None else kids[:max_children]
                 sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+                if len(sub) > width:
+                    sub = sub[3:]
                 if len(shown) < len(kids):
-                    rest = kids[len(shown):]
-                    todo.append(sub + "└─ … %d more (%s)" % (len(rest), _fmt_ns(dur[rest].sum())))
+                    rest = [i for g in kids[len(shown):] for i in g]
+                    todo.append(("more", rest, sub, "└─ ", depth + 1, False))
                 for j in range(len(shown) - 1, -1, -1):
                     todo.append((shown[j], sub, j == len(shown) - 1 and len(shown) == len(kids),
                                  depth + 1))
 
         if root is not None:
-            yield from walk(root)
+            yield from walk([root])
         else:
-            for r in np.nonzero(self._parent == NO_PARENT)[0]:
-                if dur[r] >= min_duration_ns:
-                    yield from walk(int(r))
+            roots = np.nonzero(self._parent == NO_PARENT)[0]
+            for g in groups(roots[visible[roots]]):
+                yield from walk(g)
+
+    def _tree_formatter(self):
+        """A function of an item of _tree_items that returns its text (the columns it reads
+        fetched once)."""
+        dur, selft = self.duration_ns, self.self_ns
+        return lambda item: self._tree_line(item, dur, selft)
+
+    def _tree_line(self, item, dur, selft):
+        """The text of one item of _tree_items; dur, selft: duration_ns and self_ns."""
+        what, ids, prefix, conn, depth, extra = item
+        if what == "more":
+            text = "… %d more (%s)" % (len(ids), _fmt_ns(int(dur[ids].sum())))
+        else:
+            i = ids[0]
+            name = _clean(self.strings[self._name[i]])
+            if len(name) > self._TREE_NAME_MAX:
+                name = name[:self._TREE_NAME_MAX - 1] + "…"
+            typ = self.attrs_of(i).get("type") if self._attr_n[i] else None
+            label = "%s [%s" % (name, KINDS[self._kind[i]])
+            if typ is not None and typ != "" and str(typ) != name:
+                label += " " + _clean(str(typ))
+            if what == "span":
+                d, s = int(dur[i]), int(selft[i])
+                text = "%s] %s" % (label, _fmt_ns(d))
+                if s != d:
+                    text += " (self %s)" % _fmt_ns(s)
+                flags = int(self._flags[i])
+            else:
+                total = int(dur[ids].sum())
+                text = "x%d %s] %s (mean %s%s)" % (len(ids), label, _fmt_ns(total),
+                                                   _fmt_ns(total / len(ids)),
+                                                   "; first shown below" if extra else "")
+                flags = int(np.bitwise_or.reduce(self._flags[ids]))
+            if flags & 3:
+                text += " {%s}" % ",".join(f for b, f in self._FLAG_NAMES if flags & b)
+        if depth > self._TREE_INDENT:
+            text += " [depth %d]" % depth
+        return prefix + conn + text
+
+    # The attributes xsp itself writes, by the type it writes them with (docs/api.md).  A file
+    # or a hand-made trace may hold another type under these keys; to_pandas shows such a
+    # value as text (str()) for a text key and as missing (None) for a numeric key, so that
+    # the layers above (analyses, reports) always see the types they compute with.
+    _TEXT_ATTRS = frozenset(("type", "shapes"))
+    _INT_ATTRS = frozenset((
+        "seq", "fwd_op", "mem_bytes", "correlation", "device", "stream", "grid_x", "grid_y",
+        "grid_z", "block_x", "block_y", "block_z", "registers", "smem_static", "smem_dynamic",
+        "graph_id", "graph_node", "bytes", "copy_kind", "value", "cbid", "sync_type", "api"))
+    _NUMBER_ATTRS = frozenset(("flops", "dram_bytes"))
+    _COLUMNS = ("id", "parent", "level", "kind", "name", "start_ns", "end_ns", "duration_ns",
+                "self_ns", "thread", "depth", "module", "flags")
+
+    def _attr_column_values(self, key, values):
+        """values (attr_column's) as a list, with the types of the known keys enforced."""
+        vals = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        if key in self._TEXT_ATTRS:
+            return [v if isinstance(v, str) else str(v) for v in vals]
+        if key in self._INT_ATTRS and not (isinstance(values, np.ndarray)
+                                           and values.dtype == np.int64):
+            return [v if isinstance(v, int) else None for v in vals]
+        if key in self._NUMBER_ATTRS:
+            return [None if isinstance(v, str) else v for v in vals]
+        return vals
 
     def to_pandas(self):
         """One row per span: id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
-        duration_ns, self_ns, thread (OS id), depth, module (qualified name of the nearest
-        enclosing module or model span, the span itself included; for a backward function and
-        what runs inside it, the module of the forward op it differentiates), flags, then one column per
-        attribute key (type, seq, fwd_op, ...; missing where a span lacks it)."""
+        duration_ns, self_ns, thread (OS id; int64, or uint64 when a track's id is 2**63 or
+        more), depth, module (qualified name of the nearest enclosing module or model span, the
+        span itself included; for a backward function and what runs inside it, the module of
+        the forward op it differentiates), flags, then one column per attribute key (type,
+        seq, fwd_op, ...; missing where a span lacks it).  An attribute whose key is one of
+        the columns before is in column "attr.<key>"; the attributes xsp writes keep their
+        type (a value of another type, only in a hand-made or damaged trace, is shown as text
+        for type and shapes, as missing for the numeric ones)."""
         import pandas as pd
 
         n = len(self)
-        names = np.array(self.strings, dtype=object)
-        tids = np.array([t[0] for t in self.threads], dtype=np.int64)
+        names = np.empty(len(self.strings), dtype=object)
+        names[:] = self.strings
+        tid_list = [t[0] for t in self.threads]
+        tids = np.array(tid_list, dtype=np.uint64 if tid_list and max(tid_list) >= 2 ** 63
+                        else np.int64)
         module = np.full(n, None, dtype=object)
         owner = self._module_owner()
         has = owner >= 0
         module[has] = names[self._name[owner[has]]]
-        df = pd.DataFrame({
+        cols = {
             "id": np.arange(n, dtype=np.int64),
             "parent": self.parent_ids,
             "level": np.array(LEVELS, dtype=object)[self._level] if n else [],
@@ -636,19 +818,21 @@ class Trace:
             "depth": self.depth,
             "module": module,
             "flags": self._flags.astype(np.int64),
-        })
+        }
         if len(self._akey):
             owner = self._attr_owner()
             for k in np.unique(self._akey):
+                key = self.strings[k]
                 col = np.full(n, None, dtype=object)
                 ids, sel = self._attr_entries(k, owner)
                 if len(ids):
-                    values = self._attr_values(sel)
                     vals = np.empty(len(ids), dtype=object)
-                    vals[:] = values.tolist() if isinstance(values, np.ndarray) else values
+                    vals[:] = self._attr_column_values(key, self._attr_values(sel))
                     col[ids] = vals
-                df[self.strings[k]] = col
-        return df
+                while key in cols:
+                    key = "attr." + key
+                cols[key] = col
+        return pd.DataFrame(cols)
 
     def top(self, n=10, kind="module", leaf_only=True):
         """The n names of the given kind with the most total time, as a DataFrame with columns

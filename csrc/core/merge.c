@@ -282,20 +282,28 @@ static void adopt_roots(xsp_trace *t)
     }
 }
 
+/* Step 7 (after the other sources, so that the names they added count).  "names.cut" (names
+ * over XSP_STRTAB_MAX_LEN, cut when interned) is added only when nonzero: the names each
+ * thread cut, and those cut as they entered the trace's table (kernel names demangled past
+ * the limit by the GPU merge, which counts its own store's); a name cut on two threads
+ * counts twice. */
 static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
 {
     int64_t cap = 0, depth = 0, unmatched = 0, forced = 0, open = 0;
+    int64_t cut = (int64_t)t->strings.ncut;
     for (uint32_t i = 0; i < n; i++) {
         cap += (int64_t)(bufs[i]->lost_cap + bufs[i]->lost_end);
         depth += (int64_t)bufs[i]->lost_depth;
         unmatched += (int64_t)bufs[i]->unmatched;
         forced += (int64_t)bufs[i]->forced;
         open += bufs[i]->open;
+        cut += (int64_t)bufs[i]->names.ncut;
     }
     return xsp_trace_add_counter(t, "lost.cap", cap) | xsp_trace_add_counter(t, "lost.depth", depth)
            | xsp_trace_add_counter(t, "unmatched_end", unmatched)
            | xsp_trace_add_counter(t, "forced_end", forced)
-           | xsp_trace_add_counter(t, "open_at_stop", open);
+           | xsp_trace_add_counter(t, "open_at_stop", open)
+           | (cut ? xsp_trace_add_counter(t, "names.cut", cut) : 0);
 }
 
 xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,

@@ -5,6 +5,12 @@
  * torch shim's keys, below 2^47) nor a key of the CPython binding (bit 55 set, modcall.h), and
  * constant, since one session records at a time.
  *
+ * Step spans are named by their number, first_step + the steps ended so far (a schedule's cycles
+ * number them globally), and keyed by the latter.  A schedule's cut is a clock reading taken
+ * inside the step() that begins the first kept step, between the two step spans' end and begin;
+ * the merge converts it to ns with the trace's clock map (merge_all), and xsp_session_cut drops
+ * what lies before it once the caller has finished decorating the trace.
+ *
  * Each source's stop writes its message into its own slot of errs[], which becomes meta
  * "<name>_error" once the trace exists: stop never fails for a source's sake.
  */
@@ -28,7 +34,24 @@ struct xsp_session {
     uint32_t n_started;                           /* src[0..n_started) are started */
     uint32_t steps;                               /* step() calls */
     int state;                                    /* enum xsp_session_state */
+    int step_open;                                /* a step span is open (M) or counted */
+    int numbered;                                 /* xsp_session_set_steps was called */
+    uint64_t first_step;                          /* number of the step begun at start */
+    uint64_t cut_step;                            /* first step kept; <= first_step: no cut */
+    int cut_marked;                               /* step cut_step has begun */
+    uint64_t cut_ticks;                           /* the clock then (ticks) */
+    uint64_t cut_ns;                              /* the same in ns, set by the merge */
 };
+
+/* Begins the step span of the step now current (steps ended so far after the first). */
+static void begin_step(xsp_session *s)
+{
+    char name[32];
+    int n = snprintf(name, sizeof name, "step#%llu",
+                     (unsigned long long)(s->first_step + s->steps));
+    xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_STEP, name, (size_t)n, NULL, 0, STEP_KEY(s->steps), -1,
+                  0);
+}
 
 static char *dup_str(const char *s)
 {
@@ -155,7 +178,8 @@ int xsp_session_start(xsp_session *s, char *err, size_t errlen)
         goto unwind;
     }
     if (s->region)
-        xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_STEP, "step#0", 6, NULL, 0, STEP_KEY(0), -1, 0);
+        begin_step(s);
+    s->step_open = s->region != NULL || s->numbered;
     s->state = XSP_SESSION_RECORDING;
     return 0;
 unwind:
@@ -170,16 +194,41 @@ unwind:
     return -1;
 }
 
+int xsp_session_set_steps(xsp_session *s, uint64_t first, uint64_t cut)
+{
+    if (s->state != XSP_SESSION_NEW)
+        return -1;
+    s->numbered = 1;
+    s->first_step = first;
+    s->cut_step = cut;
+    return 0;
+}
+
 int xsp_session_step(xsp_session *s)
 {
-    if (s->state != XSP_SESSION_RECORDING || !s->region)
+    if (s->state != XSP_SESSION_RECORDING || !s->step_open)
         return -1;
-    xsp_rec_end(STEP_KEY(s->steps), 0);
+    if (s->region)
+        xsp_rec_end(STEP_KEY(s->steps), 0);
     s->steps++;
-    char name[24];
-    int n = snprintf(name, sizeof name, "step#%u", (unsigned)s->steps);
-    xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_STEP, name, (size_t)n, NULL, 0, STEP_KEY(s->steps), -1,
-                  0);
+    if (s->cut_step > s->first_step && s->first_step + s->steps == s->cut_step) {
+        /* between the end of the last warmup step and the begin of the first active one */
+        s->cut_ticks = xsp_rec_now();
+        s->cut_marked = 1;
+    }
+    if (s->region)
+        begin_step(s);
+    return 0;
+}
+
+int xsp_session_end_step(xsp_session *s)
+{
+    if (s->state != XSP_SESSION_RECORDING || !s->step_open)
+        return -1;
+    if (s->region)
+        xsp_rec_end(STEP_KEY(s->steps), 0);
+    s->steps++;
+    s->step_open = 0;
     return 0;
 }
 
@@ -190,8 +239,10 @@ void xsp_session_detach(xsp_session *s)
     /* DETACHED first: a source's stop may run code that calls back (a signal handler that
      * stops or steps the profile), and that must find the session stopping, not recording */
     s->state = XSP_SESSION_DETACHED;
-    if (s->region)
-        xsp_rec_end(STEP_KEY(s->steps), s->steps == 0 ? XSP_FLAG_ELIDE : XSP_FLAG_ELIDE_IF_EMPTY);
+    if (s->region && s->step_open)   /* an unnumbered session without step() calls: no steps */
+        xsp_rec_end(STEP_KEY(s->steps), s->steps == 0 && !s->numbered ? XSP_FLAG_ELIDE
+                                                                      : XSP_FLAG_ELIDE_IF_EMPTY);
+    s->step_open = 0;
     stop_phase(s, 0, 0);
     if (s->region)
         xsp_rec_end(REGION_KEY, 0);
@@ -202,20 +253,28 @@ static int merge_all(xsp_trace *t, xsp_resolve_fn resolve, void *rctx, const xsp
                      void *arg)
 {
     xsp_session *s = arg;
+    if (s->cut_marked)
+        s->cut_ns = xsp_clock_to_ns(map, s->cut_ticks);
     for (uint32_t i = 0; i < s->n_started; i++)
         if (s->src[i].merge && s->src[i].merge(t, resolve, rctx, map, s->src[i].ctx) != 0)
             return -1;
     return 0;
 }
 
-/* The meta every session's trace carries.  0, or -1 on allocation failure. */
-static int set_meta(xsp_session *s, xsp_trace *t)
+/* The number of step spans in t. */
+static uint32_t count_steps(const xsp_trace *t)
 {
     uint32_t steps = 0;
     for (uint32_t i = 0; i < t->n_spans; i++)
         steps += t->spans[i].kind == XSP_KIND_STEP;
+    return steps;
+}
+
+/* The meta every session's trace carries.  0, or -1 on allocation failure. */
+static int set_meta(xsp_session *s, xsp_trace *t)
+{
     if (xsp_trace_set_meta_str(t, "levels", s->levels) != 0
-        || xsp_trace_set_meta_int(t, "steps", steps) != 0)
+        || xsp_trace_set_meta_int(t, "steps", count_steps(t)) != 0)
         return -1;
     if (s->region && xsp_trace_set_meta_str(t, "region", s->region) != 0)
         return -1;
@@ -241,7 +300,7 @@ int xsp_session_finish(xsp_session *s, xsp_trace **out, char *err, size_t errlen
         return -1;
     }
     stop_phase(s, 1, 0);
-    int merges = 0;
+    int merges = s->cut_marked;   /* the merge converts the cut's time */
     for (uint32_t i = 0; i < s->n_started; i++)
         merges |= s->src[i].merge != NULL;
     xsp_merge_extra extra = {merge_all, s};
@@ -259,6 +318,30 @@ int xsp_session_finish(xsp_session *s, xsp_trace **out, char *err, size_t errlen
     return 0;
 }
 
+int xsp_session_cut(xsp_session *s, xsp_trace *t, char *err, size_t errlen)
+{
+    static const char *const id_keys[] = {"fwd_op", "api"};   /* the span-id attributes:
+                                                                 * merge.c, gpu_merge.c */
+    if (s->state != XSP_SESSION_DONE || !s->numbered) {
+        snprintf(err, errlen, "cut: not a numbered session that has stopped");
+        return -1;
+    }
+    /* the counter first, so that the calls after the drop find their keys and cannot fail */
+    if (xsp_trace_add_counter(t, "schedule.unlinked", 0) != 0
+        || xsp_trace_set_meta_int(t, "steps", count_steps(t)) != 0) {
+        snprintf(err, errlen, "out of memory while cutting the trace");
+        return -1;
+    }
+    if (!s->cut_marked)
+        return 0;
+    uint64_t unlinked = 0;
+    if (xsp_trace_drop_before(t, s->cut_ns, id_keys, 2, &unlinked, err, errlen) != 0)
+        return -1;
+    xsp_trace_add_counter(t, "schedule.unlinked", (int64_t)unlinked);
+    xsp_trace_set_meta_int(t, "steps", count_steps(t));
+    return 0;
+}
+
 int xsp_session_stop(xsp_session *s, xsp_trace **out, char *err, size_t errlen)
 {
     xsp_session_detach(s);
@@ -273,6 +356,44 @@ int xsp_session_state(const xsp_session *s)
 uint32_t xsp_session_steps(const xsp_session *s)
 {
     return s->steps;
+}
+
+int xsp_schedule_action(const xsp_schedule *sc, uint64_t n)
+{
+    if (sc->active == 0 || n < sc->skip_first)
+        return XSP_SCHED_NONE;
+    n -= sc->skip_first;
+    uint64_t period = (uint64_t)sc->wait + sc->warmup + sc->active;
+    if (sc->repeat && n / period >= sc->repeat)
+        return XSP_SCHED_NONE;
+    uint64_t k = n % period;
+    if (k < sc->wait)
+        return XSP_SCHED_NONE;
+    if (k < (uint64_t)sc->wait + sc->warmup)
+        return XSP_SCHED_WARMUP;
+    return k + 1 < period ? XSP_SCHED_ACTIVE : XSP_SCHED_LAST;
+}
+
+int xsp_schedule_starts(const xsp_schedule *sc, uint64_t n)
+{
+    if (xsp_schedule_action(sc, n) == XSP_SCHED_NONE)
+        return 0;
+    if (n == 0)
+        return 1;
+    int prev = xsp_schedule_action(sc, n - 1);
+    return prev == XSP_SCHED_NONE || prev == XSP_SCHED_LAST;
+}
+
+uint64_t xsp_schedule_cycle(const xsp_schedule *sc, uint64_t n)
+{
+    uint64_t period = (uint64_t)sc->wait + sc->warmup + sc->active;
+    return n < sc->skip_first || period == 0 ? 0 : (n - sc->skip_first) / period;
+}
+
+uint64_t xsp_schedule_first_active(const xsp_schedule *sc, uint64_t c)
+{
+    uint64_t period = (uint64_t)sc->wait + sc->warmup + sc->active;
+    return sc->skip_first + c * period + sc->wait + sc->warmup;
 }
 
 void xsp_session_forget(xsp_session *s)

@@ -30,6 +30,12 @@
  * sources and the merge do not need: detach (step, late sources, region: quick) and finish (early
  * sources, merge: long).  xsp_session_stop runs both.
  *
+ * Schedules: a torch.profiler-style step schedule (xsp_schedule, below) runs as one session per
+ * cycle.  The caller starts a session where a cycle's warmup begins, numbers its steps from the
+ * global step number and marks its first active step (xsp_session_set_steps), ends it with the
+ * cycle's last active step (xsp_session_end_step, then stop), and cuts the warmup off the
+ * finished trace (xsp_session_cut).  Between cycles no session exists, so nothing records.
+ *
  * Threads: a session is driven from one thread at a time (the caller serialises start, step
  * and stop; the CPython binding does it with the GIL).  Recording itself, from any thread, goes
  * through the core's hot path and never touches the session object.
@@ -94,9 +100,28 @@ int xsp_session_add_source(xsp_session *s, const xsp_source *src, char *err, siz
  * in the core ("already active"). */
 int xsp_session_start(xsp_session *s, char *err, size_t errlen);
 
-/* Ends the current step span and begins the next ("step#N").  Returns 0, or -1 when the session
- * is not RECORDING or has no M spans (nothing changed).  Cannot fail otherwise. */
+/* Numbers this session's steps for a schedule's cycle (see xsp_schedule below).  first: the
+ * number of the step begun at start, "step#<first>"; each step() begins the next number.  A
+ * session numbered so keeps its first step span even when step() is never called (only an empty
+ * step open at stop is removed, as always), and counts its steps without M spans too.  cut: the
+ * number of the first step to keep (a cycle's first active step); when cut > first, the step()
+ * that begins step cut reads the clock between the end of the step before it and the begin of
+ * step cut: where xsp_session_cut cuts the finished trace.  Only in state NEW.  Returns 0, or -1
+ * when not NEW (nothing changed). */
+int xsp_session_set_steps(xsp_session *s, uint64_t first, uint64_t cut);
+
+/* Ends the current step span and begins the next ("step#N", N counted from the first step
+ * number, xsp_session_set_steps).  Returns 0, or -1 when the session is not RECORDING, has no
+ * step open (xsp_session_end_step), or has no M spans and is not numbered (nothing changed).
+ * Cannot fail otherwise. */
 int xsp_session_step(xsp_session *s);
+
+/* Ends the current step span as step() does (kept even when empty: it was ended by a step()
+ * call), without beginning another; until the stop, the session records outside any step (a
+ * schedule's cycle ends so: its last active step ends, then the session stops).  Counts as a
+ * step ended (xsp_session_steps).  Returns 0, or -1 when the session is not RECORDING or has no
+ * step open (nothing changed).  Cannot fail otherwise. */
+int xsp_session_end_step(xsp_session *s);
 
 /* Stop's first half: the state becomes DETACHED (so a stop or step called back from a source's
  * stop is refused), ends the step span (elided when no step() was called, kept when steps were
@@ -111,6 +136,18 @@ void xsp_session_detach(xsp_session *s);
  * state is DONE (unless it was not RECORDING or DETACHED: then nothing changed). */
 int xsp_session_finish(xsp_session *s, xsp_trace **out, char *err, size_t errlen);
 
+/* The schedule's cut of t, the trace this numbered session's finish made (the caller may have
+ * added to it since, e.g. attributes matched to every span recorded): when the cut step began
+ * (xsp_session_set_steps), xsp_trace_drop_before(t, the time read then, {"fwd_op", "api"})
+ * removes what the steps before it (the warmup) recorded and clips what reaches across (the
+ * region: XSP_FLAG_CLIPPED); counter "schedule.unlinked" (0 when none; set in every numbered
+ * session's trace) counts the span-id attributes that lost their target; meta "steps" is set to
+ * the step spans left.  When the cut step never began, only the counter and "steps" are set.
+ * Only for a numbered session in state DONE.  Returns 0, or -1 with a message in err: not
+ * numbered or not DONE (t unchanged), or out of memory (t keeps its spans; the counter and
+ * "steps" may have been set).  The caller keeps t. */
+int xsp_session_cut(xsp_session *s, xsp_trace *t, char *err, size_t errlen);
+
 /* xsp_session_detach, then xsp_session_finish. */
 int xsp_session_stop(xsp_session *s, xsp_trace **out, char *err, size_t errlen);
 
@@ -119,6 +156,43 @@ int xsp_session_state(const xsp_session *s);
 
 /* Steps ended so far (the step() calls). Cannot fail. */
 uint32_t xsp_session_steps(const xsp_session *s);
+
+/* A step schedule, as torch.profiler.schedule's.  Steps are counted by the step() calls: step n
+ * is the work between the n-th and the (n+1)-th call, step 0 the work before the first.  The
+ * first skip_first steps are not recorded; then come cycles of wait steps (not recorded),
+ * warmup steps (recorded, then cut off: the recorder warms up, names are interned, module names
+ * mapped) and active steps (recorded and kept), repeat cycles of them (0: for ever).  The
+ * schedule only computes; the CPython binding drives sessions by it (one per cycle, started
+ * where a cycle's warmup begins, numbered and cut with xsp_session_set_steps, stopped when its
+ * last active step ends). */
+typedef struct xsp_schedule {
+    uint32_t wait;        /* steps not recorded at the start of each cycle */
+    uint32_t warmup;      /* steps recorded and cut off, after the wait */
+    uint32_t active;      /* steps recorded and kept, after the warmup; at least 1 */
+    uint32_t repeat;      /* cycles, 0: for ever */
+    uint32_t skip_first;  /* steps not recorded before the first cycle */
+} xsp_schedule;
+
+enum xsp_sched_action {
+    XSP_SCHED_NONE = 0,    /* not recorded: skipped, waiting, or after the last cycle */
+    XSP_SCHED_WARMUP = 1,  /* recorded and cut off */
+    XSP_SCHED_ACTIVE = 2,  /* recorded and kept, not the cycle's last */
+    XSP_SCHED_LAST = 3     /* the cycle's last active step: its end ends the cycle */
+};
+
+/* What step n is under sc (enum xsp_sched_action); NONE for every step when sc->active is 0.
+ * Cannot fail. */
+int xsp_schedule_action(const xsp_schedule *sc, uint64_t n);
+
+/* 1 when a cycle's recording begins with step n: n is recorded (WARMUP, ACTIVE or LAST) and
+ * step n - 1 is not part of the same recording (n is 0, or step n - 1 is NONE or LAST).  Cannot
+ * fail. */
+int xsp_schedule_starts(const xsp_schedule *sc, uint64_t n);
+
+/* The cycle (0, 1, ...) that step n falls in, counting from the end of skip_first (0 for the
+ * skipped steps); and the number of cycle c's first active step.  Cannot fail. */
+uint64_t xsp_schedule_cycle(const xsp_schedule *sc, uint64_t n);
+uint64_t xsp_schedule_first_active(const xsp_schedule *sc, uint64_t c);
 
 /* Forgets a session in a forked child without touching anything the parent owns: the core
  * already dropped its recording (pthread_atfork, recorder.c); the sources are not stopped

@@ -6,6 +6,11 @@
  * id + 1, kept at most half full so probes stay short.  Ids are never reused, and clear()
  * keeps capacity so a thread buffer reused by the next session does not reallocate.
  *
+ * Strings longer than XSP_STRTAB_MAX_LEN (the format's limit, docs/format.md) are cut at a
+ * UTF-8 character boundary, never inside a character, so a cut name still decodes, and the
+ * table counts the cut strings it adds (ncut) for the trace's "names.cut" counter.  Only a
+ * string over the limit pays for this: a bounded look at the 4 bytes around the cut.
+ *
  * Historical note: a pointer-keyed cache (name pointer -> id) would skip hashing for aten op
  * names, whose strings live as long as the operator registration, but record_function and
  * autograd names are temporaries, so the table always keys on the bytes.
@@ -88,6 +93,7 @@ void xsp_strtab_clear(xsp_strtab *t)
     t->lens[0] = 0;
     t->hashes[0] = xsp_strtab_hash("", 0);
     t->n = 1;
+    t->ncut = 0;
     t->slots[t->hashes[0] & t->mask] = 1;
 }
 
@@ -146,10 +152,28 @@ static int reserve(xsp_strtab *t, size_t len)
     return 0;
 }
 
+size_t xsp_strtab_cut_len(const char *s, size_t len)
+{
+    if (len <= XSP_STRTAB_MAX_LEN)
+        return len;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = XSP_STRTAB_MAX_LEN;     /* u[k] is the first byte not kept */
+    /* a continuation byte (10xxxxxx) there: back to the first byte of its character, at most
+     * 3 bytes back (a UTF-8 character is at most 4 bytes) */
+    while (k > XSP_STRTAB_MAX_LEN - 3 && (u[k] & 0xC0) == 0x80)
+        k--;
+    if (k < XSP_STRTAB_MAX_LEN && (u[k] & 0xC0) != 0xC0)
+        return XSP_STRTAB_MAX_LEN;     /* not UTF-8 there: no character to keep whole */
+    return k;
+}
+
 uint32_t xsp_strtab_intern(xsp_strtab *t, const char *s, size_t len)
 {
-    if (len > XSP_STRTAB_MAX_LEN)
-        len = XSP_STRTAB_MAX_LEN;
+    uint32_t cut = 0;
+    if (__builtin_expect(len > XSP_STRTAB_MAX_LEN, 0)) {
+        len = xsp_strtab_cut_len(s, len);
+        cut = 1;
+    }
     if (!t->slots)
         return UINT32_MAX;
     uint64_t h = xsp_strtab_hash(s, len);
@@ -173,6 +197,7 @@ uint32_t xsp_strtab_intern(xsp_strtab *t, const char *s, size_t len)
         memcpy(t->arena + t->arena_len, s, len);
     t->arena[t->arena_len + len] = '\0';
     t->arena_len += len + 1;
+    t->ncut += cut;
     j = (uint32_t)h & t->mask;
     while (t->slots[j])
         j = (j + 1) & t->mask;

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XSP_STRTAB_MAX_LEN 0xFFFFu   /* longer strings are truncated to this many bytes */
+#define XSP_STRTAB_MAX_LEN 0xFFFFu   /* longer strings are cut to at most this many bytes */
 
 typedef struct xsp_strtab {
     char     *arena;      /* string bytes, each NUL-terminated; owned */
@@ -32,6 +32,8 @@ typedef struct xsp_strtab {
     uint32_t *slots;      /* hash slots: id + 1, 0 = empty; owned */
     uint64_t *hashes;     /* hashes[id] = hash of string id, to skip memcmp on mismatch; owned */
     uint32_t  mask;       /* number of slots - 1 (power of two), 0 when no slots yet */
+    uint32_t  ncut;       /* strings added cut to XSP_STRTAB_MAX_LEN (each once, when added;
+                           * reset by clear) */
 } xsp_strtab;
 
 /* Initialises *t as a table holding only "" (id 0). Returns 0, or -1 on allocation failure
@@ -44,10 +46,21 @@ void xsp_strtab_free(xsp_strtab *t);
 /* Forgets all strings but "" and keeps the allocated memory for reuse. Cannot fail. */
 void xsp_strtab_clear(xsp_strtab *t);
 
-/* Returns the id of the len bytes at s, adding a copy if new (len > XSP_STRTAB_MAX_LEN is
- * truncated).  s need not be NUL-terminated and may contain NULs.  Returns UINT32_MAX when the
- * string is new and memory cannot be grown; the table is then unchanged. */
+/* Returns the id of the len bytes at s, adding a copy if new.  s need not be NUL-terminated
+ * and may contain NULs.  A string longer than XSP_STRTAB_MAX_LEN is cut to
+ * xsp_strtab_cut_len(s, len) bytes first (so its id is that of the cut string), and when the
+ * cut string is new, t->ncut counts it.  Returns UINT32_MAX when the string is new and memory
+ * cannot be grown; the table is then unchanged. */
 uint32_t xsp_strtab_intern(xsp_strtab *t, const char *s, size_t len);
+
+/* The length the table keeps of the len bytes at s: len itself when len <=
+ * XSP_STRTAB_MAX_LEN; otherwise at most XSP_STRTAB_MAX_LEN bytes, cut before the first byte
+ * of the UTF-8 character that would straddle the limit (so valid UTF-8 stays valid).  Bytes
+ * that are not UTF-8 there (more than 3 continuation bytes in a row, or continuation bytes
+ * after an ASCII byte) are cut at XSP_STRTAB_MAX_LEN.  Reads at most the 4 bytes at
+ * s[XSP_STRTAB_MAX_LEN - 3 .. XSP_STRTAB_MAX_LEN], only when len is over the limit.  Cannot
+ * fail. */
+size_t xsp_strtab_cut_len(const char *s, size_t len);
 
 /* Returns the NUL-terminated string with the given id and stores its length in *len (if len is
  * not NULL); the pointer is owned by the table.  Returns NULL for an id not in the table. */

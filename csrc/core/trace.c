@@ -200,6 +200,102 @@ int xsp_trace_add_span_attrs(xsp_trace *t, const char *key, uint32_t n, const ui
     return 0;
 }
 
+/* 1 when attribute key id kid is one of the n_keys names in keys. */
+static int is_id_key(const xsp_trace *t, uint32_t kid, const char *const *keys, uint32_t n_keys)
+{
+    for (uint32_t k = 0; k < n_keys; k++)
+        if (keys[k] && str_is(t, kid, keys[k], strlen(keys[k])))
+            return 1;
+    return 0;
+}
+
+int xsp_trace_drop_before(xsp_trace *t, uint64_t t0, const char *const *id_keys, uint32_t n_keys,
+                          uint64_t *unlinked, char *err, size_t errlen)
+{
+    if (unlinked)
+        *unlinked = 0;
+    if (n_keys && !id_keys) {
+        snprintf(err, errlen, "drop_before: id_keys must not be NULL");
+        return -1;
+    }
+    /* Everything that can fail comes first: the checks, then both arrays. */
+    uint64_t kept_attrs = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        const xsp_span *s = &t->spans[i];
+        if (s->parent != XSP_NO_PARENT && s->parent >= i) {
+            snprintf(err, errlen, "span %" PRIu32 ": parent %" PRIu32 " is not before it", i,
+                     s->parent);
+            return -1;
+        }
+        if ((uint64_t)s->attr_off + s->attr_n > t->n_attrs) {
+            snprintf(err, errlen, "span %" PRIu32 ": attributes %" PRIu32 "..%" PRIu64
+                     " out of range (%" PRIu32 " attributes)", i, s->attr_off,
+                     (uint64_t)s->attr_off + s->attr_n, t->n_attrs);
+            return -1;
+        }
+        kept_attrs += s->attr_n;   /* an upper bound: every span's */
+    }
+    if (kept_attrs >= UINT32_MAX || kept_attrs >= SIZE_MAX / sizeof(xsp_attr)) {
+        snprintf(err, errlen, "too many attributes: %" PRIu64, kept_attrs);
+        return -1;
+    }
+    uint32_t *map = malloc(((size_t)t->n_spans + 1) * sizeof *map);
+    xsp_attr *na = malloc(((size_t)kept_attrs + 1) * sizeof *na);
+    if (!map || !na) {
+        free(map);
+        free(na);
+        snprintf(err, errlen, "out of memory for the schedule's cut of %" PRIu32 " spans",
+                 t->n_spans);
+        return -1;
+    }
+    /* The new ids: a span is kept when it reaches past t0 and its parent is kept. */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        const xsp_span *s = &t->spans[i];
+        int keep = (s->end_ns > t0 || s->start_ns >= t0)
+                   && (s->parent == XSP_NO_PARENT || map[s->parent] != XSP_NO_PARENT);
+        map[i] = keep ? n++ : XSP_NO_PARENT;
+    }
+    /* Moved down in place (a span's new id is never above its old one); attributes are read
+     * from the old array and written to the new one. */
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        if (map[i] == XSP_NO_PARENT)
+            continue;
+        xsp_span s = t->spans[i];
+        if (s.parent != XSP_NO_PARENT)
+            s.parent = map[s.parent];
+        if (s.start_ns < t0) {
+            s.start_ns = t0;
+            s.flags |= XSP_FLAG_CLIPPED;
+        }
+        uint32_t off = out;
+        for (uint32_t j = 0; j < s.attr_n; j++) {
+            xsp_attr a = t->attrs[s.attr_off + j];
+            if (a.type == XSP_ATTR_INT && is_id_key(t, a.key, id_keys, n_keys)) {
+                if (a.v.i < 0 || a.v.i >= (int64_t)t->n_spans
+                    || map[a.v.i] == XSP_NO_PARENT) {
+                    if (unlinked)
+                        (*unlinked)++;
+                    continue;
+                }
+                a.v.i = map[a.v.i];
+            }
+            na[out++] = a;
+        }
+        s.attr_off = off;
+        s.attr_n = (uint16_t)(out - off);
+        t->spans[map[i]] = s;
+    }
+    free(map);
+    free(t->attrs);
+    t->attrs = na;
+    t->n_attrs = out;
+    t->cap_attrs = (uint32_t)kept_attrs + 1;
+    t->n_spans = n;
+    return 0;
+}
+
 uint32_t xsp_trace_add_thread(xsp_trace *t, uint64_t tid, const char *name, uint32_t kind)
 {
     uint32_t sid = xsp_strtab_intern(&t->strings, name ? name : "", name ? strlen(name) : 0);

@@ -52,7 +52,10 @@ enum xsp_span_flag {
     XSP_FLAG_OPEN_AT_STOP = 1u << 0,  /* still open when recording stopped: end_ns = stop time */
     XSP_FLAG_FORCED_END = 1u << 1,    /* ended because an enclosing span ended first */
     XSP_FLAG_ELIDE = 1u << 2,         /* recording-time only: remove, re-parent its children */
-    XSP_FLAG_ELIDE_IF_EMPTY = 1u << 3 /* recording-time only: remove if it has no children */
+    XSP_FLAG_ELIDE_IF_EMPTY = 1u << 3,/* recording-time only: remove if it has no children */
+    XSP_FLAG_CLIPPED = 1u << 4        /* began before a schedule's active steps: start_ns moved
+                                       * to the first active step's start (xsp_trace_drop_before);
+                                       * 16, so that no bit means two things in this enum */
 };
 
 /* Attribute value types.  Part of the file format. */
@@ -150,6 +153,24 @@ int xsp_trace_add_counter(xsp_trace *t, const char *key, int64_t delta);
 
 /* Returns the value of counter key, 0 if absent. Cannot fail. */
 int64_t xsp_trace_counter(const xsp_trace *t, const char *key);
+
+/* Keeps only what happened from t0 on, in place: the schedule's cut of a cycle's warmup steps
+ * (session.h, xsp_session_drop_warmup).  Span i is kept when it ends after t0 or starts at or
+ * after t0 (end_ns > t0 || start_ns >= t0) and its parent is kept (or it is a root); a kept
+ * span that starts before t0 gets start_ns = t0 and XSP_FLAG_CLIPPED.  The kept spans are
+ * renumbered in their old order (so ids stay in start order and parents before children),
+ * their parents remapped; their attributes are rebuilt in span order (the dropped spans'
+ * attributes go).  Integer attributes whose key is one of id_keys[0 .. n_keys) (NUL-terminated
+ * names, e.g. "fwd_op", "api") hold span ids: they are remapped to the new ids, and an attribute
+ * whose target was dropped (or was no span) is removed and counted in *unlinked (when unlinked
+ * is not NULL; set to 0 first).  Tracks, strings, meta and counters are left as they are.
+ * t0 = 0 keeps everything (only the attributes are rebuilt).  O(n_spans + n_attrs * n_keys).
+ * Returns 0, or -1 with a one-line message in err (errlen bytes, NUL-terminated) and the trace
+ * unchanged: a span whose parent is not before it or whose attributes lie outside t->attrs,
+ * or allocation failure (the message then begins with "out of memory").  The caller keeps
+ * id_keys. */
+int xsp_trace_drop_before(xsp_trace *t, uint64_t t0, const char *const *id_keys, uint32_t n_keys,
+                          uint64_t *unlinked, char *err, size_t errlen);
 
 /* Checks the invariants above.  Returns 0 when they hold; otherwise -1 and writes a one-line
  * description of the first violation into err (errlen bytes, NUL-terminated). */

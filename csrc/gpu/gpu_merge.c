@@ -471,6 +471,7 @@ int xsp_gpu_merge(xsp_trace *t, xsp_resolve_fn resolve, void *rctx, const xsp_cl
         || xsp_trace_add_counter(t, "gpu.clamped", clamped)
         || xsp_trace_add_counter(t, "gpu.incomplete", (int64_t)s->incomplete)
         || xsp_trace_add_counter(t, "gpu.bad_clock", c.bad_clock)
+        || (s->names.ncut && xsp_trace_add_counter(t, "names.cut", (int64_t)s->names.ncut))
         || (s->shared && xsp_trace_set_meta_int(t, "cupti_shared", 1)))
         goto out;
     int64_t unknown = 0;

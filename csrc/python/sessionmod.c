@@ -31,14 +31,19 @@
  * merge runs out of memory the trace is lost, and the exception says so (TraceLostError, or a
  * note on the pending interrupt).
  *
+ * A profile made with a step schedule (_setup's schedule=) runs one core session per cycle,
+ * started and stopped by step() calls in C, and delivers each cycle's trace before its one
+ * Python callout (on_trace_ready); see "schedules" below.
+ *
  * Fork: a forked child inherits the running profile but not its recording (the core drops it in
  * its pthread_atfork handler); _after_fork_child, registered by xsp/profiler.py with
  * os.register_at_fork, puts Module.__call__ back and detaches the torch callback in the child.
  * The child's copy is inert: step() and stop do nothing, there is no trace, and one warning per
  * process says so.
  *
- * g_active is the one profile recording in the process, protected by g_lock (the module
- * declares it does not need the GIL).
+ * g_active is the one profile recording in the process (a scheduled one for its whole block,
+ * recording or between cycles), protected by g_lock (the module declares it does not need the
+ * GIL).
  */
 #include "sessionmod.h"
 
@@ -80,6 +85,18 @@ typedef struct {
     int set_up;                 /* _setup has run */
     pid_t pid;                  /* process that started the session */
     unsigned long thread;       /* thread that started it (PyThread ident) */
+    /* a step schedule (sched.active != 0), see "schedules" below */
+    xsp_schedule sched;         /* the schedule; all zero: none */
+    PyObject *on_ready;         /* on_trace_ready, called with self once a cycle's trace is
+                                 * stored, or NULL (strong) */
+    PyObject *traces;           /* every cycle's TraceData in order, a list, when on_ready is
+                                 * NULL; else NULL (strong) */
+    uint64_t step_no;           /* the current step: step() calls since the start */
+    uint64_t cyc;               /* the cycle recording now (or last) */
+    int ran;                    /* the block was entered: a profile runs once */
+    int running;                /* inside the block: the active profile, recording or not */
+    int busy;                   /* a step() or stop is changing cycles (a callout may run):
+                                 * step and stop are refused */
 } SessionObject;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -311,13 +328,71 @@ fail:
 
 /* -- start --------------------------------------------------------------------------------- */
 
-/* Starts the session: 0, or -1 with an exception set and nothing left installed. */
+/* Makes and starts a core session with this profile's sources: 0 with self->sess RECORDING, or
+ * -1 with an exception set, self->sess NULL and nothing left installed.  numbered: a schedule's
+ * cycle, its steps numbered from first and cut at cut (xsp_session_set_steps).  When G cannot
+ * start, gpu_fallback falls back to M and L (a warning), and self->levels then says what is
+ * recorded; a later cycle asks for what the first one got. */
+static int start_core(SessionObject *self, int numbered, uint64_t first, uint64_t cut)
+{
+    xsp_core_state *st = state_of((PyObject *)self);
+    if (!st)
+        return -1;
+    char err[1024], levels[sizeof self->levels];
+    memcpy(levels, self->levels, sizeof levels);
+    int gpu = self->gpu && strchr(levels, 'G') != NULL;
+    for (;;) {
+        self->sess = make_session(self, gpu, levels);
+        if (!self->sess)
+            return -1;
+        if (numbered)
+            xsp_session_set_steps(self->sess, first, cut);   /* NEW: cannot fail */
+        if (xsp_session_start(self->sess, err, sizeof err) == 0)
+            break;
+        xsp_session_free(self->sess);
+        self->sess = NULL;
+        int gpu_failed = gpu && strncmp(err, "gpu: ", 5) == 0;
+        if (!gpu_failed) {
+            PyErr_Format(strstr(err, "already active") ? st->active_error : st->source_error,
+                         "xsp: %s", err);
+            return -1;
+        }
+        if (!self->gpu_fallback) {
+            PyErr_Format(st->gpu_error, "level G cannot be recorded: %s; profile with "
+                         "levels='ML', or pass gpu_fallback=True to fall back to M and L",
+                         err + 5);
+            return -1;
+        }
+        /* fall back: nothing runs now, so a warning that raises leaves nothing behind */
+        char *g = strchr(levels, 'G');
+        if (g)
+            memmove(g, g + 1, strlen(g));
+        if (PyErr_WarnFormat(st->warning, 1, "level G cannot be recorded: %s; recording levels "
+                             "%s only (gpu_fallback=True)", err + 5, levels) < 0)
+            return -1;
+        gpu = 0;
+    }
+    memcpy(self->levels, levels, sizeof levels);   /* what is recorded, once it records */
+    return 0;
+}
+
+/* Starts recording the cycle whose first recorded step is self->step_no: 0, or -1 with an
+ * exception set (nothing records). */
+static int start_cycle(SessionObject *self)
+{
+    self->cyc = xsp_schedule_cycle(&self->sched, self->step_no);
+    return start_core(self, 1, self->step_no, xsp_schedule_first_active(&self->sched, self->cyc));
+}
+
+/* Starts the profile: 0, or -1 with an exception set and nothing left installed.  A scheduled
+ * profile becomes the active one for the whole block and records only from its first cycle on
+ * (at once when step 0 is recorded). */
 static int session_start(SessionObject *self)
 {
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return -1;
-    if (self->sess || self->data) {
+    if (self->sess || self->data || self->ran) {
         PyErr_SetString(st->state_error, "this xsp.profile has already run; create a new one");
         return -1;
     }
@@ -336,39 +411,14 @@ static int session_start(SessionObject *self)
     Py_INCREF(self);
     pthread_mutex_unlock(&g_lock);
 
-    char err[1024], levels[sizeof self->levels];
-    memcpy(levels, self->levels, sizeof levels);
-    int gpu = self->gpu;
-    for (;;) {
-        self->sess = make_session(self, gpu, levels);
-        if (!self->sess)
+    if (self->sched.active) {
+        self->step_no = 0;
+        if (xsp_schedule_starts(&self->sched, 0) && start_cycle(self) < 0)
             goto fail;
-        if (xsp_session_start(self->sess, err, sizeof err) == 0)
-            break;
-        xsp_session_free(self->sess);
-        self->sess = NULL;
-        int gpu_failed = gpu && strncmp(err, "gpu: ", 5) == 0;
-        if (!gpu_failed) {
-            PyErr_Format(strstr(err, "already active") ? st->active_error : st->source_error,
-                         "xsp: %s", err);
-            goto fail;
-        }
-        if (!self->gpu_fallback) {
-            PyErr_Format(st->gpu_error, "level G cannot be recorded: %s; profile with "
-                         "levels='ML', or pass gpu_fallback=True to fall back to M and L",
-                         err + 5);
-            goto fail;
-        }
-        /* fall back: nothing runs now, so a warning that raises leaves nothing behind */
-        char *g = strchr(levels, 'G');
-        if (g)
-            memmove(g, g + 1, strlen(g));
-        if (PyErr_WarnFormat(st->warning, 1, "level G cannot be recorded: %s; recording levels "
-                             "%s only (gpu_fallback=True)", err + 5, levels) < 0)
-            goto fail;
-        gpu = 0;
+        self->ran = self->running = 1;
+    } else if (start_core(self, 0, 0, 0) < 0) {
+        goto fail;
     }
-    memcpy(self->levels, levels, sizeof levels);   /* what is recorded, once it records */
     self->pid = getpid();
     self->thread = PyThread_get_thread_ident();
     return 0;
@@ -431,6 +481,7 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
 static void go_inert(SessionObject *self)
 {
     self->forked = 1;
+    self->running = 0;
     if (self->module_type && unwrap(self) < 0)
         PyErr_Clear();
     if (self->torch)
@@ -482,7 +533,8 @@ static int inert(SessionObject *self)
 static int is_forked(SessionObject *self)
 {
     return self->forked
-           || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_RECORDING
+           || (((self->sess && xsp_session_state(self->sess) == XSP_SESSION_RECORDING)
+                || self->running)
                && self->pid != getpid());
 }
 
@@ -504,6 +556,219 @@ static int lost(SessionObject *self, xsp_core_state *st, const char *why)
     return -1;
 }
 
+/* self is no longer the active profile (a new one may start).  Cannot fail. */
+static void release_active(SessionObject *self)
+{
+    pthread_mutex_lock(&g_lock);
+    SessionObject *was = g_active == self ? self : NULL;
+    if (was)
+        g_active = NULL;
+    pthread_mutex_unlock(&g_lock);
+    Py_XDECREF(was);
+}
+
+/* -- schedules -----------------------------------------------------------------------------
+ *
+ * A scheduled profile is the active one (g_active) from __enter__ to __exit__, recording or
+ * not, so a second profile is refused during the whole block.  Each cycle is one core session
+ * (core/session.h), made and started by the step() that begins the cycle's warmup (or by
+ * __enter__ when step 0 is recorded) and stopped by the step() that ends its last active step,
+ * or by the block's end; between cycles nothing is installed and nothing records.  A step() is
+ * one C call that leaves the profile consistent whatever happens: the cycle's trace is stored
+ * (self->data, appended to self->traces) before the schedule's one Python callout,
+ * on_trace_ready(self), and the next cycle starts after it (so its time is not recorded);
+ * anything the callout or the stop raises, and a trace lost, is kept in self->pending and
+ * raised from step() once the next cycle has started.  busy refuses a step() or stop called
+ * back from the callout (or from the stop's own callout). */
+
+/* The trace of the cycle is lost (why): the exception lost() makes is kept in self->pending. */
+static void defer_lost(SessionObject *self, xsp_core_state *st, const char *why)
+{
+    char what[600];
+    snprintf(what, sizeof what, "cycle %llu of the schedule: %s", (unsigned long long)self->cyc,
+             why);
+    lost(self, st, what);
+    self->pending = take_exc();
+}
+
+/* Keeps exc (stolen; NULL: nothing) in self->pending to raise once the profile is consistent;
+ * the first one kept wins. */
+static void defer(SessionObject *self, PyObject *exc)
+{
+    if (!exc)
+        return;
+    if (!self->pending)
+        self->pending = exc;
+    else
+        Py_DECREF(exc);
+}
+
+/* The schedule's meta on the cut trace of cycle self->cyc; at_end: the block ended it. */
+static void schedule_meta(SessionObject *self, xsp_trace *t, int at_end)
+{
+    const xsp_schedule *sc = &self->sched;
+    char text[160];
+    snprintf(text, sizeof text, "wait=%u warmup=%u active=%u repeat=%u skip_first=%u",
+             (unsigned)sc->wait, (unsigned)sc->warmup, (unsigned)sc->active,
+             (unsigned)sc->repeat, (unsigned)sc->skip_first);
+    uint64_t first = xsp_schedule_first_active(sc, self->cyc), steps = 0;
+    if (self->region) {           /* the step spans the trace holds */
+        for (uint32_t i = 0; i < t->n_spans; i++)
+            steps += t->spans[i].kind == XSP_KIND_STEP;
+    } else {                      /* no step spans without M: the active steps begun */
+        steps = at_end ? self->step_no + 1 - first : sc->active;
+    }
+    xsp_trace_set_meta_str(t, "schedule", text);
+    xsp_trace_set_meta_int(t, "cycle", (int64_t)self->cyc);
+    xsp_trace_set_meta_int(t, "first_step", (int64_t)first);
+    xsp_trace_set_meta_int(t, "steps", (int64_t)steps);
+    xsp_trace_set_meta_int(t, "partial", at_end && steps < sc->active);
+}
+
+/* Stops the cycle recording now and stores its trace: self->data, appended to self->traces.
+ * at_end: the block is ending (block_exc: how, or NULL / None); else the step() that ends the
+ * cycle's last active step, which ends that step here (kept, even when empty).  The trace is
+ * finished as an unscheduled one's (decorate, on every span recorded), then cut
+ * (xsp_session_cut: the warmup removed) and given the schedule's meta.  At the block's end, a
+ * cycle still in its warmup, or whose active steps recorded nothing but the region, is
+ * discarded.  Returns 1 when a trace was stored (on_trace_ready is due), else 0; a trace lost
+ * and an interrupt during the stop's callout are kept in self->pending.  Afterwards self->sess
+ * is NULL and the side table empty. */
+static int end_cycle(SessionObject *self, xsp_core_state *st, PyObject *block_exc, int at_end)
+{
+    xsp_session *sess = self->sess;
+    int keep = !at_end || xsp_schedule_action(&self->sched, self->step_no) != XSP_SCHED_WARMUP;
+    if (!at_end)
+        xsp_session_end_step(sess);
+    xsp_session_detach(sess);     /* late sources: Python callouts absorbed */
+    xsp_trace *t = NULL;
+    char err[512];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_session_finish(sess, &t, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc == 0 && keep) {
+        decorate(self, t, block_exc);
+        rc = xsp_session_cut(sess, t, err, sizeof err);
+    }
+    self->sess = NULL;
+    xsp_session_free(sess);
+    if (self->side && PyDict_Check(self->side))   /* lists of str, int and None: no Python */
+        PyDict_Clear(self->side);
+    if (rc != 0) {
+        xsp_trace_free(t);
+        defer_lost(self, st, err);
+        return 0;
+    }
+    if (keep && at_end) {          /* anything recorded in the active steps besides the region */
+        keep = 0;
+        for (uint32_t i = 0; i < t->n_spans && !keep; i++)
+            keep = t->spans[i].kind != XSP_KIND_REGION;
+    }
+    if (!keep) {
+        xsp_trace_free(t);
+        return 0;
+    }
+    schedule_meta(self, t, at_end);
+    PyObject *d = xsp_tracedata_wrap(st->tracedata_type, t);
+    if (!d) {
+        PyErr_Clear();
+        defer_lost(self, st, "out of memory");
+        return 0;
+    }
+    Py_XSETREF(self->data, d);
+    if (self->traces && PyList_Append(self->traces, d) < 0)
+        defer(self, take_exc());
+    return 1;
+}
+
+/* on_trace_ready(self), the schedule's one Python callout; whatever it raises is deferred. */
+static void call_ready(SessionObject *self)
+{
+    if (!self->on_ready)
+        return;
+    PyObject *r = PyObject_CallOneArg(self->on_ready, (PyObject *)self);
+    if (r)
+        Py_DECREF(r);
+    else
+        defer(self, take_exc());
+}
+
+/* Raises self->pending, if any: -1, else 0. */
+static int raise_pending(SessionObject *self)
+{
+    if (!self->pending)
+        return 0;
+    PyErr_Clear();
+    give_exc(self->pending);
+    self->pending = NULL;
+    return -1;
+}
+
+/* A scheduled profile's step(): the current step ends, the next begins.  Inside a cycle that is
+ * the core session's step; the end of a cycle's last active step stops it, stores its trace
+ * and calls on_trace_ready; a cycle that begins with the next step starts.  Returns 0, or -1
+ * with the first exception kept on the way raised, the profile consistent either way (the
+ * next cycle started when the schedule says so). */
+static int sched_step(SessionObject *self, xsp_core_state *st)
+{
+    int prev = xsp_schedule_action(&self->sched, self->step_no);
+    if (self->sess && prev != XSP_SCHED_LAST) {
+        xsp_session_step(self->sess);
+        self->step_no++;
+        return 0;
+    }
+    self->busy = 1;
+    int ready = self->sess ? end_cycle(self, st, NULL, 0) : 0;
+    self->step_no++;
+    if (ready)
+        call_ready(self);
+    if (xsp_schedule_starts(&self->sched, self->step_no) && start_cycle(self) < 0)
+        defer(self, take_exc());
+    self->busy = 0;
+    return raise_pending(self);
+}
+
+/* A scheduled profile's stop (the block's end): the cycle recording, if any, ends (delivered
+ * when an active step recorded something, else discarded), the profile stops being the active
+ * one, then on_trace_ready runs for a delivered cycle.  Returns 0, or -1 with the first
+ * exception kept on the way raised; nothing records or is installed afterwards either way. */
+static int sched_stop(SessionObject *self, xsp_core_state *st, PyObject *block_exc)
+{
+    self->busy = 1;
+    int ready = self->sess ? end_cycle(self, st, block_exc, 1) : 0;
+    self->running = 0;
+    release_active(self);         /* before the callout: it may start a profile of its own */
+    if (ready)
+        call_ready(self);
+    self->busy = 0;
+    return raise_pending(self);
+}
+
+/* Refuses a step or stop of a scheduled profile that cannot run now (what: "step()" or
+ * "stop()"): -1 with SessionStateError set, else 0. */
+static int sched_refused(SessionObject *self, xsp_core_state *st, const char *what)
+{
+    if (self->busy) {
+        PyErr_Format(st->state_error, "%s was called while the profile was changing cycles "
+                     "(from on_trace_ready, or from a callout of the cycle's stop); call it "
+                     "from the profiled code", what);
+        return -1;
+    }
+    if (!self->running) {
+        PyErr_SetString(st->state_error, strcmp(what, "step()") == 0
+                                             ? "step() needs a running xsp.profile"
+                                             : "this xsp.profile is not recording");
+        return -1;
+    }
+    if (PyThread_get_thread_ident() != self->thread) {
+        PyErr_Format(st->state_error, "%s must be called on the thread that started the "
+                     "profile", what);
+        return -1;
+    }
+    return 0;
+}
+
 /* Stops the session and stores the finished trace in self->data.  block_exc: the exception
  * that ended the with block, or NULL / None.  Returns 0, or -1 with an exception set (not
  * recording, the wrong thread, the trace lost, or an interrupt that arrived during stop: the
@@ -513,6 +778,8 @@ static int session_stop(SessionObject *self, PyObject *block_exc)
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return -1;
+    if (self->sched.active)
+        return sched_refused(self, st, "stop()") < 0 ? -1 : sched_stop(self, st, block_exc);
     if (!self->sess || xsp_session_state(self->sess) != XSP_SESSION_RECORDING) {
         PyErr_SetString(st->state_error, "this xsp.profile is not recording");
         return -1;
@@ -529,12 +796,7 @@ static int session_stop(SessionObject *self, PyObject *block_exc)
     Py_BEGIN_ALLOW_THREADS
     rc = xsp_session_finish(self->sess, &t, err, sizeof err);
     Py_END_ALLOW_THREADS
-    pthread_mutex_lock(&g_lock);
-    SessionObject *was = g_active == self ? self : NULL;
-    if (was)
-        g_active = NULL;
-    pthread_mutex_unlock(&g_lock);
-    Py_XDECREF(was);
+    release_active(self);
     if (rc != 0)
         return lost(self, st, err);
     decorate(self, t, block_exc);
@@ -560,26 +822,56 @@ static char *dup_cstr(const char *s)
     return d ? memcpy(d, s, n) : NULL;
 }
 
+/* The schedule tuple (wait, warmup, active, repeat, skip_first) of _setup into *sc: 0, or -1
+ * with ValueError / TypeError set. */
+static int parse_schedule(PyObject *o, xsp_schedule *sc)
+{
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 5) {
+        PyErr_SetString(PyExc_TypeError, "_setup: schedule must be a tuple (wait, warmup, "
+                        "active, repeat, skip_first)");
+        return -1;
+    }
+    static const char *names[] = {"wait", "warmup", "active", "repeat", "skip_first"};
+    uint32_t v[5];
+    for (int i = 0; i < 5; i++) {
+        PyObject *x = PyTuple_GET_ITEM(o, i);
+        long long n = PyLong_Check(x) ? PyLong_AsLongLong(x) : -1;
+        if (n == -1 && PyErr_Occurred())
+            return -1;
+        if (n < 0 || n >= (1ll << 31) || (i == 2 && n < 1)) {
+            PyErr_Format(PyExc_ValueError, "_setup: schedule %s must be an int from %d to "
+                         "2**31 - 1", names[i], i == 2 ? 1 : 0);
+            return -1;
+        }
+        v[i] = (uint32_t)n;
+    }
+    *sc = (xsp_schedule){.wait = v[0], .warmup = v[1], .active = v[2], .repeat = v[3],
+                         .skip_first = v[4]};
+    return 0;
+}
+
 /* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
  *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
  *        torch=None, sync=None, names=None, threads=None, side=None, hook_owner=None,
- *        meta=None, where=None) */
+ *        meta=None, where=None, schedule=None, on_trace_ready=None) */
 static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
                              "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
                              "wrapper", "cell", "torch", "sync", "names", "threads", "side",
-                             "hook_owner", "meta", "where", NULL};
+                             "hook_owner", "meta", "where", "schedule", "on_trace_ready", NULL};
     const char *levels, *region = NULL;
     unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
     int gpu = 0, share = 0, fallback = 0;
     PyObject *module_type = Py_None, *wrapper = Py_None, *cell = Py_None, *torch = Py_None,
              *sync = Py_None, *names = Py_None, *more = Py_None, *side = Py_None,
-             *owner = Py_None, *meta = Py_None, *where = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOO:_setup", kwlist, &levels,
+             *owner = Py_None, *meta = Py_None, *where = Py_None, *sched = Py_None,
+             *ready = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOO:_setup", kwlist, &levels,
                                      &region, &max_bytes, &pool_bytes, &gpu, &gpu_max, &share,
                                      &fallback, &module_type, &wrapper, &cell, &torch, &sync,
-                                     &names, &more, &side, &owner, &meta, &where))
+                                     &names, &more, &side, &owner, &meta, &where, &sched,
+                                     &ready))
         return NULL;
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
@@ -596,6 +888,12 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
                             "together");
     if (cell != Py_None && (!PyList_Check(cell) || PyList_GET_SIZE(cell) != 2))
         return PyErr_Format(PyExc_TypeError, "_setup: cell must be a list [on, orig]");
+    xsp_schedule sc = {0};
+    if (sched != Py_None && parse_schedule(sched, &sc) < 0)
+        return NULL;
+    if (ready != Py_None && (sched == Py_None || !PyCallable_Check(ready)))
+        return PyErr_Format(PyExc_TypeError, "_setup: on_trace_ready must be a callable, and "
+                            "goes with a schedule");
     if (torch != Py_None && !PyCapsule_IsValid(torch, XSP_TORCH_API_CAPSULE))
         return PyErr_Format(PyExc_TypeError, "_setup: torch must be xsp._torch._C_API");
     if (torch != Py_None) {
@@ -613,6 +911,9 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     self->gpu_max = gpu_max;
     self->gpu_share = share;
     self->gpu_fallback = fallback;
+    self->sched = sc;
+    if (sched != Py_None && ready == Py_None && !(self->traces = PyList_New(0)))
+        return NULL;
     self->set_up = 1;
 #define KEEP(field, o) self->field = (o) == Py_None ? NULL : Py_NewRef(o)
     KEEP(module_type, module_type);
@@ -626,6 +927,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     KEEP(hook_owner, owner);
     KEEP(meta, meta);
     KEEP(where, where);
+    KEEP(on_ready, ready);
 #undef KEEP
     Py_RETURN_NONE;
 }
@@ -641,7 +943,9 @@ static PyObject *sess_exit(SessionObject *self, PyObject *const *args, Py_ssize_
 {
     if (inert(self))
         Py_RETURN_FALSE;
-    if (self->data || (self->sess && xsp_session_state(self->sess) == XSP_SESSION_DONE))
+    if (self->sched.active ? !self->running
+                           : self->data || (self->sess
+                                            && xsp_session_state(self->sess) == XSP_SESSION_DONE))
         Py_RETURN_FALSE;    /* stopped already (stop() inside the block: its error, if it lost
                              * the trace, was raised there) */
     if (session_stop(self, nargs >= 2 ? args[1] : NULL) < 0)
@@ -662,7 +966,7 @@ static PyObject *sess_stop(SessionObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (inert(self))
         Py_RETURN_FALSE;
-    if (self->data)
+    if (self->sched.active ? self->ran && !self->running : self->data != NULL)
         Py_RETURN_FALSE;
     if (session_stop(self, NULL) < 0)
         return NULL;
@@ -678,6 +982,11 @@ static PyObject *sess_step(SessionObject *self, PyObject *Py_UNUSED(ignored))
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return NULL;
+    if (self->sched.active) {
+        if (sched_refused(self, st, "step()") < 0 || sched_step(self, st) < 0)
+            return NULL;
+        Py_RETURN_TRUE;
+    }
     if (!self->sess || xsp_session_state(self->sess) != XSP_SESSION_RECORDING) {
         PyErr_SetString(st->state_error, "step() needs a running xsp.profile");
         return NULL;
@@ -700,6 +1009,8 @@ static PyObject *sess_get_state(SessionObject *self, void *Py_UNUSED(closure))
 {
     if (is_forked(self))
         return PyUnicode_FromString("forked");
+    if (self->sched.active && !self->sess)   /* between cycles, or not (or no longer) running */
+        return PyUnicode_FromString(self->running ? "waiting" : self->ran ? "done" : "new");
     if (!self->sess)
         return PyUnicode_FromString(self->data ? "done" : "new");
     static const char *names[] = {"new", "recording", "stopping", "done", "failed"};
@@ -713,7 +1024,27 @@ static PyObject *sess_get_levels(SessionObject *self, void *Py_UNUSED(closure))
 
 static PyObject *sess_get_steps(SessionObject *self, void *Py_UNUSED(closure))
 {
+    if (self->sched.active)
+        return PyLong_FromUnsignedLongLong(self->step_no);
     return PyLong_FromUnsignedLong(self->sess ? xsp_session_steps(self->sess) : 0);
+}
+
+static PyObject *sess_get_traces(SessionObject *self, void *Py_UNUSED(closure))
+{
+    if (self->traces)
+        return PyList_GetSlice(self->traces, 0, PyList_GET_SIZE(self->traces));
+    if (!self->sched.active && self->data)
+        return Py_BuildValue("[O]", self->data);
+    return PyList_New(0);
+}
+
+static PyObject *sess_get_schedule(SessionObject *self, void *Py_UNUSED(closure))
+{
+    const xsp_schedule *sc = &self->sched;
+    if (!sc->active)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(IIIII)", (unsigned)sc->wait, (unsigned)sc->warmup,
+                         (unsigned)sc->active, (unsigned)sc->repeat, (unsigned)sc->skip_first);
 }
 
 static PyObject *sess_get_thread(SessionObject *self, void *Py_UNUSED(closure))
@@ -738,6 +1069,8 @@ static int sess_traverse(SessionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->where);
     Py_VISIT(self->data);
     Py_VISIT(self->pending);
+    Py_VISIT(self->on_ready);
+    Py_VISIT(self->traces);
     return 0;
 }
 
@@ -758,6 +1091,8 @@ static int sess_clear(SessionObject *self)
     Py_CLEAR(self->where);
     Py_CLEAR(self->data);
     Py_CLEAR(self->pending);
+    Py_CLEAR(self->on_ready);
+    Py_CLEAR(self->traces);
     return 0;
 }
 
@@ -806,10 +1141,16 @@ static PyMethodDef sess_methods[] = {
 static PyGetSetDef sess_getset[] = {
     {"_data", (getter)sess_get_data, NULL, "the finished TraceData, or None", NULL},
     {"_state", (getter)sess_get_state, NULL,
-     "'new' (also after a failed start), 'recording', 'stopping', 'done' or 'forked'", NULL},
+     "'new' (also after a failed start), 'recording', 'stopping', 'done' or 'forked'; "
+     "'waiting' for a scheduled profile between its cycles", NULL},
     {"_levels", (getter)sess_get_levels, NULL, "the levels recorded (G dropped by a fallback)",
      NULL},
     {"_steps", (getter)sess_get_steps, NULL, "step() calls so far", NULL},
+    {"_traces", (getter)sess_get_traces, NULL,
+     "a new list of the TraceData kept: every cycle's of a schedule without on_trace_ready "
+     "(none with it), else the one trace once stopped", NULL},
+    {"_schedule", (getter)sess_get_schedule, NULL,
+     "(wait, warmup, active, repeat, skip_first), or None", NULL},
     {"_thread", (getter)sess_get_thread, NULL,
      "threading.get_ident() of the thread that started it (0 before)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

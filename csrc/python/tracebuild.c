@@ -283,6 +283,12 @@ PyObject *xsp_py_build(PyTypeObject *tracedata_type, PyObject *args)
         xsp_trace_free(t);
         return NULL;
     }
+    /* strings over XSP_STRTAB_MAX_LEN were cut as they were interned: counted as a recording
+     * counts them */
+    if (t->strings.ncut && xsp_trace_add_counter(t, "names.cut", (int64_t)t->strings.ncut)) {
+        xsp_trace_free(t);
+        return PyErr_NoMemory();
+    }
     if (xsp_trace_check(t, err, sizeof err) != 0) {
         xsp_trace_free(t);
         return PyErr_Format(PyExc_ValueError, "%s", err);

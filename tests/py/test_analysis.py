@@ -335,7 +335,7 @@ def test_text_and_html_reports_on_the_gpu_trace():
     import importlib.util
     assert p.imgs == (6 if importlib.util.find_spec("matplotlib") else 0)
     doc = xsp.report.html(tr, top=2)
-    assert doc.count("<svg") == 1 and doc.count("<details") >= 1
+    assert doc.count("<svg xmlns") == 1 and doc.count("<details") >= 1
     assert xsp.report.html_fragment(tr).startswith('<div class="xsp-report">')
     # CPU trace: no kernel section, says so
     assert "Kernels, GPU vs CPU: level G was not recorded" in xsp.report.text(cpu_trace())
