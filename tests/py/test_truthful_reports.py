@@ -389,3 +389,26 @@ def test_cli_run_model_and_summary_sort(tmp_path, capsys):
     assert calls == sorted(calls, reverse=True)
     top = A.ops(xsp.load(str(tmp_path / "a.xsp")), sort="calls", n=3)
     assert calls == top["calls"].tolist()
+
+
+def test_a_schedule_records_exactly_the_active_steps_and_they_are_the_iterations():
+    torch.manual_seed(0)
+    net, lossf = Net(), nn.CrossEntropyLoss()
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 3])
+    got = []
+    with xsp.profile(levels="ML", schedule=xsp.schedule(wait=1, warmup=1, active=2, repeat=2),
+                     on_trace_ready=lambda p: got.append(p.trace)) as prof:
+        for _ in range(10):
+            lossf(net(x), y).backward()
+            prof.step()
+    assert len(got) == 2
+    for tr, first in zip(got, (2, 6)):
+        names = ["step#%d" % first, "step#%d" % (first + 1)]
+        assert [s.name for s in tr.spans(kind="step")] == names
+        it = A.model_latency(tr)
+        assert it["name"].tolist() == names and A.setup(tr) is None
+        assert it["latency_ns"].tolist() == [s.duration_ns for s in tr.spans(kind="step")]
+        lr = A.layer_ranking(tr)
+        assert sorted(zip(lr["name"], lr["calls"])) == [
+            ("CrossEntropyLoss", 2), ("act", 2), ("fc", 2)]
+        assert "2 iterations: steps" in report.text(tr)
