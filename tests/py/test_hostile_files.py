@@ -503,8 +503,48 @@ class Mutator:
     def trailing(self):
         self.d.append(self.r.choice([0, b"x", [1, 2, [3]], 1.5]))
 
+    def swap_strings(self):
+        """Two strings trade places: names become keys, keys values, and so on."""
+        t = self.strings()
+        if len(t) > 2:
+            i, j = self.r.sample(range(1, len(t)), 2)
+            t[i], t[j] = t[j], t[i]
+
+    def move_attrs(self):
+        """Attributes change owners: one span's count goes to another (the total stays)."""
+        n = self.n_spans()
+        sp = self.d[6]
+        have = [i for i in range(n) if sp[7 * i + 6]]
+        if have and n > 1:
+            i = self.r.choice(have)
+            j = self.r.randrange(n)
+            k = self.r.randrange(1, sp[7 * i + 6] + 1)
+            if sp[7 * j + 6] + k <= 65535:
+                sp[7 * i + 6] -= k
+                sp[7 * j + 6] += k
+
+    def drop_meta(self):
+        a = self.d[self.r.choice((4, 5))]
+        if a:
+            k = 2 * self.r.randrange(len(a) // 2)
+            del a[k:k + 2]
+
+    def reshape(self):
+        """Every span at once: random parents, or zero or huge durations."""
+        sp = self.d[6]
+        f = self.r.randrange(3)
+        for i in range(self.n_spans()):
+            if f == 0:
+                sp[7 * i + 2] = self.r.randrange(i + 1)
+            elif f == 1:
+                sp[7 * i + 1] = 0
+            else:
+                sp[7 * i] = 0
+                sp[7 * i + 1] = self.r.choice((2 ** 62, 2 ** 63 - 1, 1))
+
     OPS = ("retype_attr", "revalue_attr", "add_attr", "add_attr", "add_meta", "add_meta",
-           "thread", "add_thread", "span", "span", "span", "same_kind", "string", "trailing")
+           "thread", "add_thread", "span", "span", "span", "same_kind", "string", "trailing",
+           "swap_strings", "move_attrs", "drop_meta", "reshape")
 
     def mutate(self):
         names = []
