@@ -10,27 +10,11 @@
 #include <time.h>
 
 #include "check.h"
+#include "trace_check.h"
 #include "core/clock.h"
 #include "core/recorder.h"
 #include "core/strtab.h"
 #include "core/trace.h"
-
-static const char *name_of(const xsp_trace *t, uint32_t id)
-{
-    return xsp_strtab_get(&t->strings, t->spans[id].name, NULL);
-}
-
-/* Value of integer attribute key of span id, or def. */
-static int64_t attr_int(const xsp_trace *t, uint32_t id, const char *key, int64_t def)
-{
-    const xsp_span *s = &t->spans[id];
-    for (uint32_t i = 0; i < s->attr_n; i++) {
-        const xsp_attr *a = &t->attrs[s->attr_off + i];
-        if (strcmp(xsp_strtab_get(&t->strings, a->key, NULL), key) == 0)
-            return a->v.i;
-    }
-    return def;
-}
 
 static const char *attr_str(const xsp_trace *t, uint32_t id, const char *key)
 {
@@ -129,7 +113,7 @@ static void test_nesting_exact(void)
     static const uint64_t starts[] = {1010, 1020, 1030, 1040, 1050, 1080, 1120};
     static const uint64_t ends[] = {1140, 1110, 1100, 1070, 1060, 1090, 1130};
     for (uint32_t i = 0; i < 7; i++) {
-        CHECK(strcmp(name_of(t, i), names[i]) == 0);
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
         CHECK_EQ_U(t->spans[i].parent, parents[i]);
         CHECK_EQ_U(t->spans[i].start_ns, starts[i]);
         CHECK_EQ_U(t->spans[i].end_ns, ends[i]);
@@ -139,9 +123,9 @@ static void test_nesting_exact(void)
     CHECK_EQ_U(t->spans[4].kind, XSP_KIND_OP);
     CHECK(strcmp(attr_str(t, 2, "type"), "Linear") == 0);
     CHECK(strcmp(attr_str(t, 1, "type"), "Net") == 0);
-    CHECK_EQ_U(attr_int(t, 3, "seq", -1), 7);
-    CHECK_EQ_U(attr_int(t, 6, "fwd_op", -1), 4);   /* aten::addmm, not the enclosing linear */
-    CHECK_EQ_U(attr_int(t, 0, "seq", -1), (uint64_t)-1);
+    CHECK_EQ_U(span_attr_int(t, 3, "seq", -1), 7);
+    CHECK_EQ_U(span_attr_int(t, 6, "fwd_op", -1), 4);   /* aten::addmm, not the enclosing linear */
+    CHECK_EQ_U(span_attr_int(t, 0, "seq", -1), (uint64_t)-1);
     CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 1);
     CHECK_EQ_U(xsp_trace_counter(t, "lost.cap"), 0);
     CHECK_EQ_U(xsp_trace_counter(t, "open_at_stop"), 0);
@@ -203,10 +187,10 @@ static void test_elide(void)
     if (!t)
         return;
     CHECK_EQ_U(t->n_spans, 5);
-    CHECK(strcmp(name_of(t, 1), "Net") == 0);
+    CHECK(strcmp(span_name(t, 1), "Net") == 0);
     CHECK_EQ_U(t->spans[1].parent, 0);
     CHECK_EQ_U(t->spans[2].parent, 1);
-    CHECK(strcmp(name_of(t, 3), "step#2") == 0);
+    CHECK(strcmp(span_name(t, 3), "step#2") == 0);
     CHECK_EQ_U(t->spans[3].parent, 0);
     CHECK_EQ_U(t->spans[3].flags, 0);
     CHECK_EQ_U(t->spans[4].parent, 3);
@@ -240,7 +224,7 @@ static void test_cap(void)
     CHECK_EQ_U(xsp_trace_counter(t, "open_at_stop"), 0);
     /* every recorded inner span's parent is an "outer" (or, past the cap, none was lost) */
     for (uint32_t i = 1; i < t->n_spans; i++) {
-        if (strcmp(name_of(t, i), "outer") == 0)
+        if (strcmp(span_name(t, i), "outer") == 0)
             CHECK_EQ_U(t->spans[i].parent, 0);
         else
             CHECK_EQ_U(t->spans[i].parent, i - 1);
@@ -285,12 +269,12 @@ static void test_cap_lost_ends(void)
         CHECK_EQ_U(xsp_trace_counter(t, "forced_end"), 0);
         /* readings: x recorded 2 each, lost x 1 each (its end); then C's end, then A's */
         uint64_t after = first + 2 * rx + (5000 - rx);
-        CHECK(strcmp(name_of(t, 0), "A") == 0);
+        CHECK(strcmp(span_name(t, 0), "A") == 0);
         CHECK_EQ_U(t->spans[0].start_ns, 101);
         CHECK_EQ_U(t->spans[0].end_ns, after + (uint64_t)scenario);
         CHECK_EQ_U(t->spans[0].flags, 0);
         if (scenario == 1) {
-            CHECK(strcmp(name_of(t, 1), "C") == 0);
+            CHECK(strcmp(span_name(t, 1), "C") == 0);
             CHECK_EQ_U(t->spans[1].end_ns, after);
             CHECK_EQ_U(t->spans[1].flags, 0);
         }
@@ -323,7 +307,7 @@ static void test_cap_names(void)
     CHECK_EQ_U(t->n_spans + (uint64_t)lost, 2100);   /* every span recorded or counted */
     uint32_t repeats = 0;
     for (uint32_t i = 0; i < t->n_spans; i++)
-        repeats += strcmp(name_of(t, i), "unique_name_number_0") == 0;
+        repeats += strcmp(span_name(t, i), "unique_name_number_0") == 0;
     CHECK_EQ_U(repeats, 101);                       /* the first and all 100 repeats */
     CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
     xsp_trace_free(t);
@@ -368,7 +352,7 @@ static void test_depth(void)
     CHECK_EQ_U(xsp_trace_counter(t, "forced_end"), XSP_MAX_DEPTH - 1);
     CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), n - 1);
     CHECK_EQ_U(t->spans[XSP_MAX_DEPTH].parent, XSP_NO_PARENT);
-    CHECK(strcmp(name_of(t, XSP_MAX_DEPTH), "after") == 0);
+    CHECK(strcmp(span_name(t, XSP_MAX_DEPTH), "after") == 0);
     xsp_trace_free(t);
 }
 
@@ -408,14 +392,14 @@ static void test_threads(void)
     uint32_t roots = 0, ops = 0;
     for (uint32_t i = 0; i < t->n_spans; i++) {
         const xsp_span *s = &t->spans[i];
-        const char *nm = name_of(t, i);
+        const char *nm = span_name(t, i);
         if (strcmp(nm, "thread_root") == 0) {
             roots++;
             CHECK_EQ_U(s->parent, 0);
         } else if (strcmp(nm, "op") == 0) {
             ops++;
             CHECK(s->parent != XSP_NO_PARENT && s->thread == t->spans[s->parent].thread
-                  && strcmp(name_of(t, s->parent), "thread_root") == 0);
+                  && strcmp(span_name(t, s->parent), "thread_root") == 0);
         }
     }
     CHECK_EQ_U(roots, NTHREADS);
@@ -509,7 +493,7 @@ static void test_name_cache(void)
     CHECK_EQ_U(t->n_spans, 5);
     static const char *names[] = {"aten::add", "aten::add", "aten::add", "aten::ad", "aten::addmm"};
     for (uint32_t i = 0; i < t->n_spans && i < 5; i++)
-        CHECK(strcmp(name_of(t, i), names[i]) == 0);
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
     xsp_trace_free(t);
 }
 
@@ -565,7 +549,7 @@ static void op_entry(int fake)
     static const uint64_t starts[] = {101, 102, 103, 104, 106, 108, 111};
     static const uint64_t ends[] = {114 + 2 * n, 113, 110, 105, 107, 109, 112};
     for (uint32_t i = 0; i < 7; i++) {
-        CHECK(strcmp(name_of(t, i), names[i]) == 0);
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
         CHECK_EQ_U(t->spans[i].parent, parents[i]);
         if (fake) {
             CHECK_EQ_U(t->spans[i].start_ns, starts[i]);
@@ -575,17 +559,17 @@ static void op_entry(int fake)
         CHECK_EQ_U(t->spans[i].level, i == 0 ? XSP_LEVEL_M : XSP_LEVEL_L);
     }
     CHECK(strcmp(attr_str(t, 1, "type"), "Linear") == 0);
-    CHECK_EQ_U(attr_int(t, 2, "seq", -1), UINT64_C(1) << 40);
-    CHECK_EQ_U(attr_int(t, 5, "seq", -1), 11);
-    CHECK_EQ_U(attr_int(t, 6, "fwd_op", -1), 5);   /* seq 11 on thread 2^32-1: aten::mul */
+    CHECK_EQ_U(span_attr_int(t, 2, "seq", -1), UINT64_C(1) << 40);
+    CHECK_EQ_U(span_attr_int(t, 5, "seq", -1), 11);
+    CHECK_EQ_U(span_attr_int(t, 6, "fwd_op", -1), 5);   /* seq 11 on thread 2^32-1: aten::mul */
     CHECK_EQ_U(t->spans[6].kind, XSP_KIND_BACKWARD);
     uint32_t bad = 0;
     for (uint64_t i = 0; i < n; i++) {
         const xsp_span *s = &t->spans[7 + i];
         int sc = i % 100 == 0;
         bad += s->parent != 0 || s->kind != (sc ? XSP_KIND_SCOPE : XSP_KIND_OP)
-               || attr_int(t, (uint32_t)(7 + i), "seq", -1) != (sc ? -1 : (int64_t)i)
-               || strcmp(name_of(t, (uint32_t)(7 + i)), sc ? "scope" : "aten::relu") != 0
+               || span_attr_int(t, (uint32_t)(7 + i), "seq", -1) != (sc ? -1 : (int64_t)i)
+               || strcmp(span_name(t, (uint32_t)(7 + i)), sc ? "scope" : "aten::relu") != 0
                || (fake && (s->start_ns != 114 + 2 * i || s->end_ns != 115 + 2 * i))
                || s->end_ns < s->start_ns
                || (i > 0 && s->start_ns < t->spans[6 + i].end_ns);

@@ -9,15 +9,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "trace_check.h"
 #include "core/clock.h"
 #include "core/recorder.h"
 #include "core/session.h"
 #include "core/trace.h"
-
-static const char *nm(const xsp_trace *t, uint32_t id)
-{
-    return xsp_strtab_get(&t->strings, t->spans[id].name, NULL);
-}
 
 static int64_t meta_int(const xsp_trace *t, const char *key)
 {
@@ -25,17 +21,6 @@ static int64_t meta_int(const xsp_trace *t, const char *key)
         if (strcmp(xsp_strtab_get(&t->strings, t->meta[i].key, NULL), key) == 0)
             return t->meta[i].v.i;
     return -999;
-}
-
-static int64_t attr_int(const xsp_trace *t, uint32_t id, const char *key, int64_t def)
-{
-    const xsp_span *s = &t->spans[id];
-    for (uint32_t i = 0; i < s->attr_n; i++) {
-        const xsp_attr *a = &t->attrs[s->attr_off + i];
-        if (strcmp(xsp_strtab_get(&t->strings, a->key, NULL), key) == 0)
-            return a->v.i;
-    }
-    return def;
 }
 
 /* The actions of steps 0..n-1 as letters: . none, w warmup, a active, L last. */
@@ -135,9 +120,9 @@ static void test_cycle_session(void)
                                 "after"};
     CHECK_EQ_U(t->n_spans, 9);
     for (uint32_t i = 0; i < 9 && i < t->n_spans; i++)
-        CHECK(strcmp(nm(t, i), all[i]) == 0);
+        CHECK(strcmp(span_name(t, i), all[i]) == 0);
     CHECK_EQ_U(meta_int(t, "steps"), 3);
-    CHECK_EQ_U(attr_int(t, 6, "fwd_op", -1), 2);
+    CHECK_EQ_U(span_attr_int(t, 6, "fwd_op", -1), 2);
     CHECK(xsp_session_cut(s, t, err, sizeof err) == 0);
     CHECK(xsp_trace_check(t, err, sizeof err) == 0);
     static const char *kept[] = {"r", "step#6", "a", "step#7", "wb", "ab", "after"};
@@ -147,15 +132,15 @@ static void test_cycle_session(void)
     static const uint32_t fl[] = {XSP_FLAG_CLIPPED, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_U(t->n_spans, 7);
     for (uint32_t i = 0; i < 7 && i < t->n_spans; i++) {
-        CHECK(strcmp(nm(t, i), kept[i]) == 0);
+        CHECK(strcmp(span_name(t, i), kept[i]) == 0);
         CHECK_EQ_U(t->spans[i].parent, parents[i]);
         CHECK_EQ_U(t->spans[i].start_ns, st[i]);
         CHECK_EQ_U(t->spans[i].end_ns, en[i]);
         CHECK_EQ_U(t->spans[i].flags, fl[i]);
     }
-    CHECK_EQ_U(attr_int(t, 4, "fwd_op", -1), (uint64_t)-1);   /* w was cut off */
-    CHECK_EQ_U(attr_int(t, 4, "seq", -1), 5);
-    CHECK_EQ_U(attr_int(t, 5, "fwd_op", -1), 2);              /* a: 4 -> 2 */
+    CHECK_EQ_U(span_attr_int(t, 4, "fwd_op", -1), (uint64_t)-1);   /* w was cut off */
+    CHECK_EQ_U(span_attr_int(t, 4, "seq", -1), 5);
+    CHECK_EQ_U(span_attr_int(t, 5, "fwd_op", -1), 2);              /* a: 4 -> 2 */
     CHECK_EQ_U(xsp_trace_counter(t, "schedule.unlinked"), 1);
     CHECK_EQ_U(meta_int(t, "steps"), 2);
     CHECK_EQ_U(meta_int(t, "start_ns"), 1000);               /* the recording's, unchanged */
@@ -181,7 +166,7 @@ static void test_no_cut(void)
     CHECK(t && xsp_session_cut(s, t, err, sizeof err) == 0);
     if (t) {
         CHECK_EQ_U(t->n_spans, 3);
-        CHECK(t->n_spans == 3 && strcmp(nm(t, 1), "step#9") == 0);
+        CHECK(t->n_spans == 3 && strcmp(span_name(t, 1), "step#9") == 0);
         CHECK_EQ_U(t->spans[0].start_ns, 1010);
         CHECK_EQ_U(t->spans[0].flags, 0);
         CHECK_EQ_U(meta_int(t, "steps"), 1);
@@ -201,7 +186,7 @@ static void test_no_cut(void)
     CHECK(t && xsp_session_cut(s, t, err, sizeof err) == 0);
     if (t) {
         CHECK_EQ_U(t->n_spans, 2);
-        CHECK(t->n_spans == 2 && strcmp(nm(t, 1), "step#2") == 0);
+        CHECK(t->n_spans == 2 && strcmp(span_name(t, 1), "step#2") == 0);
         CHECK_EQ_U(meta_int(t, "steps"), 1);
     }
     xsp_trace_free(t);
@@ -223,7 +208,7 @@ static void test_no_cut(void)
     CHECK(t && xsp_session_cut(s, t, err, sizeof err) == 0);
     if (t) {
         CHECK_EQ_U(t->n_spans, 1);
-        CHECK(t->n_spans == 1 && strcmp(nm(t, 0), "a") == 0);
+        CHECK(t->n_spans == 1 && strcmp(span_name(t, 0), "a") == 0);
         CHECK_EQ_U(meta_int(t, "steps"), 0);
     }
     xsp_trace_free(t);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "trace_check.h"
 #include "core/trace.h"
 
 static const char *const ID_KEYS[] = {"fwd_op", "api"};
@@ -59,23 +60,6 @@ static xsp_trace *build(const spec *sp, uint32_t n, uint32_t threads)
     return t;
 }
 
-static const char *nm(const xsp_trace *t, uint32_t id)
-{
-    return xsp_strtab_get(&t->strings, t->spans[id].name, NULL);
-}
-
-/* Integer attribute key of span id, or def. */
-static int64_t attr(const xsp_trace *t, uint32_t id, const char *key, int64_t def)
-{
-    const xsp_span *s = &t->spans[id];
-    for (uint32_t i = 0; i < s->attr_n; i++) {
-        const xsp_attr *a = &t->attrs[s->attr_off + i];
-        if (strcmp(xsp_strtab_get(&t->strings, a->key, NULL), key) == 0)
-            return a->v.i;
-    }
-    return def;
-}
-
 /* A warmup step (step#1) and an active one (step#2) under a region and a record_function scope
  * around the loop; another thread's span across the cut and one before it; GPU kernels under a
  * dropped op and under a kept backward; backward links to a dropped and to a kept op. */
@@ -122,7 +106,7 @@ static void test_cut_exact(void)
     static const uint16_t nattr[] = {0, 0, 0, 0, 0, 1, 1, 2, 1};
     CHECK_EQ_U(t->n_spans, 9);
     for (uint32_t i = 0; i < 9 && i < t->n_spans; i++) {
-        CHECK(strcmp(nm(t, i), names[i]) == 0);
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
         CHECK_EQ_U(t->spans[i].parent, parents[i]);
         CHECK_EQ_U(t->spans[i].start_ns, starts[i]);
         CHECK_EQ_U(t->spans[i].end_ns, ends[i]);
@@ -134,13 +118,13 @@ static void test_cut_exact(void)
     /* attributes rebuilt in span order; span ids remapped, lost targets dropped and counted:
      * bwd1's fwd_op (opA was dropped) and K2's fwd_op 99 (no such span) */
     CHECK_EQ_U(t->n_attrs, 5);
-    CHECK_EQ_U(attr(t, 5, "seq", -1), 7);
-    CHECK_EQ_U(attr(t, 6, "seq", -1), 5);
-    CHECK_EQ_U(attr(t, 6, "fwd_op", -1), (uint64_t)-1);
-    CHECK_EQ_U(attr(t, 7, "seq", -1), 7);
-    CHECK_EQ_U(attr(t, 7, "fwd_op", -1), 5);        /* opD: 11 -> 5 */
-    CHECK_EQ_U(attr(t, 8, "api", -1), 7);           /* bwd2: 13 -> 7 */
-    CHECK_EQ_U(attr(t, 8, "fwd_op", -1), (uint64_t)-1);
+    CHECK_EQ_U(span_attr_int(t, 5, "seq", -1), 7);
+    CHECK_EQ_U(span_attr_int(t, 6, "seq", -1), 5);
+    CHECK_EQ_U(span_attr_int(t, 6, "fwd_op", -1), (uint64_t)-1);
+    CHECK_EQ_U(span_attr_int(t, 7, "seq", -1), 7);
+    CHECK_EQ_U(span_attr_int(t, 7, "fwd_op", -1), 5);        /* opD: 11 -> 5 */
+    CHECK_EQ_U(span_attr_int(t, 8, "api", -1), 7);           /* bwd2: 13 -> 7 */
+    CHECK_EQ_U(span_attr_int(t, 8, "fwd_op", -1), (uint64_t)-1);
     CHECK_EQ_U(unlinked, 2);
     for (uint32_t i = 1; i < t->n_spans; i++)
         CHECK_EQ_U(t->spans[i].attr_off, t->spans[i - 1].attr_off + t->spans[i - 1].attr_n);
@@ -163,8 +147,8 @@ static void test_edges(void)
     CHECK(xsp_trace_drop_before(t, 0, ID_KEYS, 2, &unlinked, err, sizeof err) == 0);
     CHECK_EQ_U(t->n_spans, NLOOP);
     CHECK_EQ_U(unlinked, 1);                        /* K2's fwd_op 99 names no span */
-    CHECK_EQ_U(attr(t, 12, "fwd_op", -1), 3);
-    CHECK_EQ_U(attr(t, 8, "api", -1), 4);
+    CHECK_EQ_U(span_attr_int(t, 12, "fwd_op", -1), 3);
+    CHECK_EQ_U(span_attr_int(t, 8, "api", -1), 4);
     for (uint32_t i = 0; i < NLOOP; i++) {
         CHECK_EQ_U(t->spans[i].start_ns, ref->spans[i].start_ns);
         CHECK_EQ_U(t->spans[i].flags, ref->spans[i].flags);
@@ -199,8 +183,8 @@ static void test_edges(void)
     t = build(EDGE, 3, 1);
     CHECK(xsp_trace_drop_before(t, 20, ID_KEYS, 2, NULL, err, sizeof err) == 0);
     CHECK_EQ_U(t->n_spans, 2);
-    CHECK(t->n_spans == 2 && strcmp(nm(t, 0), "empty_at_t0") == 0
-          && strcmp(nm(t, 1), "starts_at_t0") == 0 && t->spans[0].flags == 0);
+    CHECK(t->n_spans == 2 && strcmp(span_name(t, 0), "empty_at_t0") == 0
+          && strcmp(span_name(t, 1), "starts_at_t0") == 0 && t->spans[0].flags == 0);
     xsp_trace_free(t);
     xsp_trace_free(ref);
 }
