@@ -34,6 +34,7 @@ class _Source:
         self.measurement = None
         self._windows = None
         self._iteration_of = None
+        self.dropped_tail = None    # (span id, why) of a last step that is not an iteration
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
             self.df = source.to_pandas()
@@ -134,16 +135,29 @@ class _Source:
         if len(steps):
             calls = np.nonzero(self.top_calls())[0]
             owner = self.nearest(("step",))[calls]        # the step each top-level call is in
+            loose = owner < 0
+            if loose.any():
+                # a call under no step (another thread's, adopted by the region): the step
+                # during which it started
+                order = np.argsort(start[steps], kind="stable")
+                ss, se = start[steps][order], end[steps][order]
+                j = np.searchsorted(ss, start[calls[loose]], side="right") - 1
+                ok = (j >= 0) & (start[calls[loose]] <= se[np.maximum(j, 0)])
+                owner[np.nonzero(loose)[0][ok]] = steps[order][j[ok]]
             has_call = np.zeros(n, dtype=bool)
             has_call[owner[owner >= 0]] = True
-            first_call = {}
+            first_call = {}             # step -> start of its earliest top-level call
             for c, o in zip(calls.tolist(), owner.tolist()):
-                if o >= 0 and o not in first_call:
-                    first_call[o] = c
+                if o >= 0 and (o not in first_call or start[c] < first_call[o]):
+                    first_call[o] = int(start[c])
             ids, st, en = [], [], []
-            last = steps[-1]
+            flags = self.col("flags", 0).astype(np.int64)
+            first, last = steps[0], steps[-1]
+            seg0 = names[first] == "step#0" and self.measurement is None
+            at_end = seg0 and first in first_call     # step() called at the end of each one
+            ended = self.meta.get("interrupted") or self.meta.get("exception")
             for k in steps.tolist():
-                if names[k] == "step#0" and self.measurement is None:
+                if k == first and seg0:
                     # the work before the first step(): setup, and when it holds a model call
                     # (step() called at the end of each iteration), an iteration from that
                     # call's start
@@ -151,13 +165,25 @@ class _Source:
                     if c is None:
                         setup = (k, int(start[k]), int(end[k]))
                         continue
-                    setup = (k, int(start[k]), int(start[c]))
+                    setup = (k, int(start[k]), c)
                     ids.append(k)
-                    st.append(int(start[c]))
+                    st.append(c)
                     en.append(int(end[k]))
                     continue
-                if k == last and len(steps) > 1 and not has_call[k] and len(calls):
-                    continue        # the tail after the last step(): no model call in it
+                if k == last and k != first and flags[k] & 1:
+                    # open at stop: the step after the last step(), ended by the stop; an
+                    # iteration only if it is one
+                    why = None
+                    if len(calls) and not has_call[k]:
+                        why = "no model call in it"
+                    elif at_end:
+                        why = ("step() ends each iteration (step#0 holds a model call), so what "
+                               "follows the last step() is a leftover")
+                    elif ended:
+                        why = "the block ended with %s: the step is incomplete" % ended
+                    if why is not None:
+                        self.dropped_tail = (int(k), why)
+                        continue
                 ids.append(k)
                 st.append(int(start[k]))
                 en.append(int(end[k]))

@@ -16,6 +16,7 @@ fails.  `xsp compare --fail-above PCT` exits with status 3 (one line on stderr s
 the step (model) latency got slower beyond noise by more than PCT percent, 0 otherwise.
 """
 import argparse
+import importlib.util
 import os
 import runpy
 import sys
@@ -74,7 +75,8 @@ def _parser():
                    help="also print the span tree of one iteration down to DEPTH (spans under "
                         "1%% of it hidden, repeated siblings folded, 60 lines at most)")
     s.add_argument("--tree-all", action="store_true",
-                   help="with --tree: the whole trace, every span, no line limit")
+                   help="the whole trace, every span, no line limit, no folding (with "
+                        "--tree DEPTH: down to DEPTH)")
 
     e = sub.add_parser("export", help="convert a saved trace (Chrome trace JSON)")
     e.add_argument("trace")
@@ -136,7 +138,6 @@ def _run(ns):
     except (TypeError, ValueError) as exc:
         raise _Fail("--levels: %s" % exc) from None
     if ns.module:
-        import importlib.util
         sys.path.insert(0, os.getcwd())      # as `python -m` does
         try:
             found = importlib.util.find_spec(ns.target) is not None
@@ -157,9 +158,10 @@ def _run(ns):
     label = printable(label)
     models = None
     if ns.model is not None:
-        models = [m.strip() for m in ns.model.split(",") if m.strip()]
-        if not models:
-            raise _Fail("--model: give one or more class names, e.g. --model ResNet")
+        models = [m.strip() for m in ns.model.split(",")]
+        if not all(models):
+            raise _Fail("--model: give one or more class names separated by commas, e.g. "
+                        "--model ResNet or --model ResNet,Head (not %r)" % ns.model)
     sched = _parse_schedule(ns.schedule) if ns.schedule is not None else None
     out = ns.output or (os.path.splitext(label)[0] if not ns.module
                         else ns.target.rsplit(".", 1)[-1]) + ".xsp"
@@ -175,10 +177,19 @@ def _run(ns):
                     os.path.dirname(os.path.abspath(ns.target)))
     status = 0
     cycles = _CycleWriter(ns, out, paths, sched) if sched is not None else None
+    if "M" in levels and "L" not in levels and "torch" not in sys.modules \
+            and importlib.util.find_spec("torch") is not None:
+        # level M wraps nn.Module.__call__ when torch is there at start; the script imports
+        # torch only later, so import it first (it would be imported by the script anyway)
+        import torch  # noqa: F401
     try:
-        prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
-                           record_shapes=ns.record_shapes, model=models, schedule=sched,
-                           on_trace_ready=cycles)
+        try:
+            prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
+                               record_shapes=ns.record_shapes, model=models, schedule=sched,
+                               on_trace_ready=cycles)
+        except xsp.ProfilerError as exc:        # G unavailable, a session already active
+            raise _Fail(str(exc).replace("pass gpu_fallback=True", "pass --gpu-fallback")
+                        .replace("levels='ML'", "--levels ML")) from None
         try:
             # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
             # between starting the profile and the block that stops it
@@ -211,6 +222,12 @@ def _run(ns):
         _write("Chrome trace", lambda p: chrome.write(trace, p), paths["--chrome"])
     if ns.html:
         _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), paths["--html"])
+    if models and not (trace.kind_codes == xsp.trace.KINDS.index("model")).any():
+        tops = sorted({s.attrs.get("type", s.name) for s in trace.spans(kind="module")
+                       if s.parent is None or trace[s.parent].kind in ("step", "region")})
+        sys.stderr.write("xsp: warning: --model %s matched no top-level call, so there are no "
+                         "model spans (the top-level calls were of: %s)\n"
+                         % (ns.model, ", ".join(map(str, tops)) or "none"))
     if not ns.quiet:
         sys.stderr.write(report.text(trace, top=ns.top))
         sys.stderr.write("trace: %s%s%s\n" % (
@@ -324,13 +341,19 @@ def _summary(ns):
         raise _Fail("--top must be at least 1")
     if ns.tree is not None and ns.tree < 0:
         raise _Fail("--tree must be at least 0")
+    depth = ns.tree
+    if ns.tree_all and ns.tree is None:
+        ns.tree = -1                # the whole trace, every depth
     trace = _load(ns.trace)
     sort = {"gpu": "gpu_ns", "gpu_self": "gpu_self_ns", "calls": "calls"}.get(
         ns.sort, ns.sort + "_ns")
+    if sort.startswith("gpu") and "G" not in str(trace.meta.get("levels", "")):
+        raise _Fail("--sort %s: %s has no GPU times (level G was not recorded)"
+                    % (ns.sort, ns.trace))
     sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
     if ns.tree is not None:
         if ns.tree_all:
-            sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
+            sys.stdout.write("\n" + trace.tree(max_depth=depth, fold=False) + "\n")
         else:
             root, what = report.median_iteration(trace)
             sys.stdout.write("\nTree of %s (depth <= %d; spans under 1%% hidden, repeated "

@@ -255,9 +255,11 @@ class Measurement:
         spans not inside another L span, G the GPU work: kernels, copies, memsets), std_ns,
         added_ns (latency_ns minus the level's latency in its own, shallowest run),
         added_share (added_ns / that latency), noise_ns = NOISE_K * sqrt(s0^2/n0 + s^2/n)
-        (the standard errors of both runs' trimmed samples: s the std of the kept samples, n
-        their number; NaN in the level's own run) and within_noise (|added_ns| <= noise_ns:
-        the difference cannot be told from the spread; measure with a larger repeat)."""
+        (the standard errors of both runs' trimmed samples: s the sample standard deviation,
+        ddof 1, of the kept samples, n their number; NaN in the level's own run, and where a
+        run kept one sample: the spread is unknown) and within_noise (|added_ns| <= noise_ns,
+        or the spread unknown: the difference cannot be told from the spread; measure with a
+        larger repeat)."""
         if self._overhead is not None:
             return self._overhead.copy()
         rows = []
@@ -283,12 +285,16 @@ class Measurement:
                 mean, std, _, _, n = trimmed_stats(per_it, self.trim)
                 kept = n - 2 * int(np.floor(self.trim * n)) if n else 0
                 kept = kept if kept > 0 else n
+                # the squared standard error of the mean, from the kept samples' sample
+                # variance (ddof 1); unknown (NaN) for a single sample
+                se2 = std * std * kept / (kept - 1) / kept if kept > 1 else np.nan
                 if base is None:
-                    base, base_se2 = mean, (std * std / kept if kept else np.nan)
+                    base, base_se2 = mean, se2
                     noise, within = np.nan, False
                 else:
-                    noise = NOISE_K * float(np.sqrt(base_se2 + std * std / kept))
-                    within = bool(abs(mean - base) <= noise)
+                    noise = NOISE_K * float(np.sqrt(base_se2 + se2))
+                    # a spread that is unknown cannot tell the difference either
+                    within = bool(np.isnan(noise) or abs(mean - base) <= noise)
                 rows.append({"level": lv, "run": r, "latency_ns": mean, "std_ns": std,
                              "added_ns": mean - base,
                              "added_share": (mean - base) / base if base else np.nan,

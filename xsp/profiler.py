@@ -345,6 +345,9 @@ class profile(_core.Session):
         meta = {"xsp_version": __version__}
         if torch is not None:
             meta["torch_version"] = str(torch.__version__)
+        if model is not None:       # what was asked, so that a report can say it matched
+            meta["model"] = ",".join(_model_label(m) for m in (
+                model if isinstance(model, (list, tuple)) else [model]))
         self._setup(levels, name if "M" in levels else None, max_bytes=max_memory,
                     gpu="G" in levels, gpu_max_bytes=gpu_max_memory,
                     gpu_share=_cupti_share_ok() if "G" in levels else False,
@@ -439,6 +442,16 @@ class profile(_core.Session):
 
     def __repr__(self):
         return "<xsp.profile levels=%s %s>" % (self.levels, self._state)
+
+
+def _model_label(m):
+    """How meta "model" names an item of profile's model: a class name, or the class of an
+    nn.Module object."""
+    if isinstance(m, str):
+        return m
+    if isinstance(m, type):
+        return m.__name__
+    return type(m).__name__
 
 
 def _model_matcher(model, torch):

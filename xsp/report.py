@@ -38,14 +38,18 @@ def fmt_delta(ns, base=None):
 # headers of the tables as people read them: units go in the cells ("1.952 ms", "12.3%"),
 # so no header carries a unit suffix
 HEADERS = {"total_ns": "total", "mean_ns": "mean", "self_ns": "self", "backward_ns": "backward",
-           "forward_share": "of forward", "step_share": "of step (fwd+bwd)",
-           "cumulative_step_share": "cumulative", "count_share": "of calls",
-           "self_share": "self, of step", "gpu_ns": "GPU", "gpu_self_ns": "GPU self",
+           "forward_share": "fwd-share", "step_share": "step-share",
+           "cumulative_step_share": "cum-share", "count_share": "call-share",
+           "self_share": "self-share", "gpu_ns": "GPU", "gpu_self_ns": "GPU-self",
            "latency_ns": "latency", "std_ns": "std", "added_ns": "added",
-           "added_share": "added, share", "noise_ns": "noise", "kernel_ns": "kernel time",
-           "copy_ns": "copy time", "cpu_ns": "CPU", "gpu_share": "GPU share",
-           "cpu_share": "CPU share", "min_ns": "min", "max_ns": "max", "share": "share",
-           "toplevel_layers_ns": "loss, top-level layers"}
+           "added_share": "added-share", "noise_ns": "noise", "within_noise": "in-noise",
+           "kernel_ns": "kernel-time", "copy_ns": "copy-time", "cpu_ns": "CPU",
+           "gpu_share": "GPU-share", "cpu_share": "CPU-share", "min_ns": "min", "max_ns": "max",
+           "share": "share", "toplevel_layers_ns": "loss+layers"}
+# what the share headers mean, printed under the tables that have them
+SHARE_NOTE = ("fwd-share: of the forward time (model and top-level layer calls); step-share: "
+              "forward + backward of the iterations' time")
+NAME_WIDTH = 60     # longest name in a text table; longer ones are cut with "…"
 
 
 def header(col):
@@ -59,11 +63,21 @@ def header(col):
     return col
 
 
-def _pretty(df, ns=(), share=()):
+def _cut(v, width):
+    v = "" if v is None else str(v)
+    return v if len(v) <= width else v[:width - 1] + "…"
+
+
+def _pretty(df, ns=(), share=(), width=NAME_WIDTH):
     """A copy of df for reading: ns columns as durations with units, share columns as
-    percentages, headers without unit suffixes (header())."""
+    percentages, text cells cut at width characters, headers without unit suffixes
+    (header())."""
     out = df.copy()
     for c in out.columns:
+        if out[c].dtype == object and c not in ns and c not in share:
+            out[c] = [v if v is None or isinstance(v, float) else _cut(v, width)
+                      for v in out[c]]
+            continue
         if c in ns or c.endswith("_ns"):
             out[c] = [fmt_ns(v) for v in out[c]]
         elif c in share or c.endswith("share"):
@@ -146,9 +160,32 @@ class _Summary:
         if self.measurement is None:
             lines = [self.title, "levels %s, %d spans, %s" % (
                 self.levels, self.n_spans, self.iteration_words())]
+            meta = self.src.meta
+            ended = meta.get("interrupted") or meta.get("exception")
+            if ended:
+                lines.append("the profiled block ended with %s" % ended)
             if self.setup is not None:
-                lines.append("setup (before the first step() and its first model call; not an "
-                             "iteration): %s" % fmt_ns(self.setup["duration_ns"]))
+                carved = len(self.iters) and int(self.iters["id"].iloc[0]) == self.setup["id"]
+                lines.append("setup (before the first step()%s; not an iteration): %s" % (
+                    " and its first model call" if carved else "",
+                    fmt_ns(self.setup["duration_ns"])))
+                if carved:
+                    lines.append("note: iteration 0 is step#0 from its first model call on: "
+                                 "what its step did before the model call (data, zero_grad) "
+                                 "is in the setup")
+            if self.src.dropped_tail is not None:
+                lines.append("not an iteration: the step after the last step() (%s)"
+                             % self.src.dropped_tail[1])
+            if "M" not in str(self.levels) and "L" in str(self.levels):
+                lines.append("note: steps (step()) and model calls are level M: with L alone "
+                             "the iterations are the top-level calls")
+            named = meta.get("model")
+            if isinstance(named, str) and named:
+                if not (self.src.kind == "model").any():
+                    lines.append("model named %s: no top-level call matched it (every "
+                                 "top-level call is a layer)" % named)
+                else:
+                    lines.append("model named: %s" % named)
         else:
             m = self.measurement
             lines = [self.title, "levels %s, %d spans per iteration (run %s: %d spans in all)"
@@ -205,7 +242,12 @@ def _overhead_notes(ov):
     if ov is None or "within_noise" not in ov.columns:
         return out
     for r in ov.itertuples(index=False):
-        if r.run != ov[ov["level"] == r.level]["run"].iloc[0] and r.within_noise:
+        if r.run == ov[ov["level"] == r.level]["run"].iloc[0] or not r.within_noise:
+            continue
+        if isinstance(r.noise_ns, float) and np.isnan(r.noise_ns):
+            out.append("%s in run %s: %s added, spread unknown (one sample): measure with "
+                       "repeat >= 2 to tell" % (r.level, r.run, fmt_delta(r.added_ns)))
+        else:
             out.append("%s in run %s: %s added is within the noise (± %s): measure with a "
                        "larger repeat to tell" % (r.level, r.run, fmt_delta(r.added_ns),
                                                    fmt_ns(r.noise_ns)))
@@ -246,6 +288,8 @@ def text(source, top=10, op_sort="self_ns"):
             "forward op)" % top, s.ranking.drop(columns=["cumulative_step_share"]),
             s.no_layers())
     section("Layer types", s.types, s.no_layers())
+    if len(s.ranking):
+        out.append("  " + SHARE_NOTE)
     section("Top %d ops (by %s)" % (top, header(s.op_sort)), s.ops if s.has_gpu else
             s.ops.drop(columns=["gpu_ns", "gpu_self_ns"]),
             "no ops recorded (level L)" if "L" not in str(s.levels) else "no ops in the "
@@ -283,9 +327,30 @@ def _png(fig):
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _unit(max_ns):
+    """(divisor, unit) for an axis of durations up to max_ns."""
+    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if max_ns >= div:
+            return div, unit
+    return 1.0, "ns"
+
+
 def _barh(labels, values, title, xlabel, stacked=None):
+    """A horizontal bar chart (base64 PNG) of durations in ns (values, or the stacked
+    [(name, values, color)]); xlabel's {unit} becomes the unit the axis is drawn in."""
     from matplotlib.figure import Figure
     n = len(labels)
+    if stacked is None:
+        top = float(np.nanmax(np.asarray(values, dtype=float))) if n else 0.0
+    else:
+        top = float(np.nansum([np.asarray(v, dtype=float) for _, v, _ in stacked], axis=0).max())\
+            if n else 0.0
+    div, unit = _unit(top if np.isfinite(top) else 0.0)
+    xlabel = xlabel.format(unit=unit)
+    if stacked is None:
+        values = np.asarray(values, dtype=float) / div
+    else:
+        stacked = [(name, np.asarray(v, dtype=float) / div, c) for name, v, c in stacked]
     fig = Figure(figsize=(7, 0.3 * n + 1.2))
     ax = fig.add_subplot()
     y = np.arange(n)[::-1]
@@ -344,35 +409,35 @@ def _plots(s):
     if len(s.ranking):
         plots.append(("Top layers: forward and backward time", _barh(
             s.ranking["name"], None, "Top layers: forward and backward time (all calls)",
-            "time (us)", stacked=[
-                ("forward", s.ranking["total_ns"].to_numpy(float) / 1e3, "#4c72b0"),
-                ("backward", s.ranking["backward_ns"].to_numpy(float) / 1e3, "#dd8452")])))
+            "time ({unit})", stacked=[
+                ("forward", s.ranking["total_ns"].to_numpy(float), "#4c72b0"),
+                ("backward", s.ranking["backward_ns"].to_numpy(float), "#dd8452")])))
     if len(s.types):
         plots.append(("Layer types: forward and backward time", _barh(
-            s.types["type"], None, "Layer types: forward and backward time", "time (us)",
-            stacked=[("forward", s.types["total_ns"].to_numpy(float) / 1e3, "#4c72b0"),
-                     ("backward", s.types["backward_ns"].to_numpy(float) / 1e3, "#dd8452")])))
+            s.types["type"], None, "Layer types: forward and backward time", "time ({unit})",
+            stacked=[("forward", s.types["total_ns"].to_numpy(float), "#4c72b0"),
+                     ("backward", s.types["backward_ns"].to_numpy(float), "#dd8452")])))
     if len(s.ops):
         plots.append(("Top ops by self time", _barh(
-            s.ops["name"], s.ops["self_ns"] / 1e3, "Top ops by self time", "self time (us)")))
+            s.ops["name"], s.ops["self_ns"], "Top ops by self time", "self time ({unit})")))
     if s.has_gpu and len(s.kernels):
         plots.append(("Top kernels by GPU time", _barh(
-            s.kernels["name"], s.kernels["total_ns"] / 1e3, "Top kernels by GPU time",
-            "total GPU time (us)")))
+            s.kernels["name"], s.kernels["total_ns"], "Top kernels by GPU time",
+            "total GPU time ({unit})")))
     if s.has_gpu:
         g = s.gvc[s.gvc["layer"] != "(model)"]
         g = g.sort_values("latency_ns", ascending=False).head(s.top)
         if len(g):
             plots.append(("GPU vs CPU time per layer", _barh(
-                g["layer"], None, "GPU vs CPU time per layer", "time (us)",
-                stacked=[("GPU", g["gpu_ns"].to_numpy(float) / 1e3, "#55a868"),
-                         ("CPU", np.clip(g["cpu_ns"].to_numpy(float), 0, None) / 1e3,
+                g["layer"], None, "GPU vs CPU time per layer", "time ({unit})",
+                stacked=[("GPU", g["gpu_ns"].to_numpy(float), "#55a868"),
+                         ("CPU", np.clip(g["cpu_ns"].to_numpy(float), 0, None),
                           "#c44e52")])))
     if s.overhead is not None and len(s.overhead):
         ov = s.overhead
         plots.append(("Latency of each level in each run", _barh(
             ["%s in run %s" % (a, b) for a, b in zip(ov["level"], ov["run"])],
-            ov["latency_ns"] / 1e3, "Latency of each level in each run", "latency (us)")))
+            ov["latency_ns"], "Latency of each level in each run", "latency ({unit})")))
     return plots
 
 

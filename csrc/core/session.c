@@ -239,9 +239,13 @@ void xsp_session_detach(xsp_session *s)
     /* DETACHED first: a source's stop may run code that calls back (a signal handler that
      * stops or steps the profile), and that must find the session stopping, not recording */
     s->state = XSP_SESSION_DETACHED;
-    if (s->region && s->step_open)   /* an unnumbered session without step() calls: no steps */
-        xsp_rec_end(STEP_KEY(s->steps), s->steps == 0 && !s->numbered ? XSP_FLAG_ELIDE
-                                                                      : XSP_FLAG_ELIDE_IF_EMPTY);
+    /* the step still open is ended by the stop, not by a step() call: flagged open at stop
+     * (the analyses tell a leftover tail from a step that step() ended by it); an unnumbered
+     * session without step() calls has no steps */
+    if (s->region && s->step_open)
+        xsp_rec_end(STEP_KEY(s->steps), s->steps == 0 && !s->numbered
+                                            ? XSP_FLAG_ELIDE
+                                            : XSP_FLAG_ELIDE_IF_EMPTY | XSP_FLAG_OPEN_AT_STOP);
     s->step_open = 0;
     stop_phase(s, 0, 0);
     if (s->region)

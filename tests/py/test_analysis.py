@@ -290,7 +290,7 @@ def test_text_and_html_reports_on_the_gpu_trace():
     i = lines.index("Top 2 layers (leaf layers, by forward time; backward attributed through "
                     "the forward op)")
     assert lines[i + 1].split() == ["rank", "name", "type", "calls", "total", "mean", "std",
-                                    "backward", "of", "forward", "of", "step", "(fwd+bwd)"]
+                                    "backward", "fwd-share", "step-share"]
     assert lines[i + 2].split() == ["1", "fc2", "Linear", "2", "390", "ns", "195", "ns", "35",
                                     "ns", "0", "ns", "40.6%", "39.0%"]
     i = lines.index("Top 2 kernels")
@@ -352,14 +352,15 @@ def test_work_on_other_threads_belongs_to_the_iteration_it_started_in():
         S("gemm", "kernel", 30, 130, 3, 1),                            # 4
         S("MmBackward0", "backward", 300, 450, 0, 2),                  # 5
         S("gemm_bw", "kernel", 310, 400, 5, 1),                        # 6
-        S("step#2", "step", 500, 1000, 0),                             # 7
+        dict(S("step#2", "step", 500, 1000, 0), flags=1),              # 7: open at stop
         S("late", "backward", 1001, 1002, 0, 2),                       # 8: after every step
         S("k_late", "kernel", 1001, 1002, 8, 1),                       # 9
     ]
     tr = xsp.Trace.from_spans(spans, threads=[(11, "main", 0), (STREAM, "s", 1),
                                                (12, "autograd", 0)], meta={"levels": "MLG"})
     g = A.gpu_vs_cpu(tr)
-    # step#2 is the tail after the last step(): no model call in it, so not an iteration
+    # step#2 is the tail after the last step() (open at stop) with no model call in it: not
+    # an iteration
     assert rows(A.model_latency(tr)[["id", "latency_ns"]]) == [(1, 500)]
     assert rows(g[g["layer"] == "(model)"][["latency_ns", "gpu_ns", "cpu_ns"]]) == [
         (500, 100 + 90, 500 - 190)]

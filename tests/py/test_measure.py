@@ -111,10 +111,11 @@ def test_leveled_latencies_and_overhead_exact(fake_clock, one_thread):
     assert ov.loc[2, "latency_ns"] == lin["latency_ns"] + 2 * STEP
     assert m.latency_ns == 5.5 * STEP
     assert m.unmatched == {"M": 0, "ML": 0}
-    # noise: 2 standard errors of the difference; run M keeps 5, 6 (std 0.5 steps, 2 samples),
-    # run ML is constant: noise = 2 * sqrt(0.5**2 / 2) steps, far below what L added
+    # noise: 2 standard errors of the difference; run M keeps 5, 6 (sample variance 0.5
+    # steps^2, 2 samples), run ML is constant: noise = 2 * sqrt(0.5 / 2) steps = 1 step, far
+    # below what L added
     assert np.isnan(ov.loc[0, "noise_ns"]) and not ov.loc[0, "within_noise"]
-    assert ov.loc[1, "noise_ns"] == pytest.approx(2 * np.sqrt((0.5 * STEP) ** 2 / 2))
+    assert ov.loc[1, "noise_ns"] == pytest.approx(2 * np.sqrt(0.5 * STEP ** 2 / 2))
     assert not ov.loc[1, "within_noise"]
 
 

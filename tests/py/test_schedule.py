@@ -78,7 +78,7 @@ def _broken():
     return out
 
 
-def _check_cycle(tr, names, cycle, first, schedule, partial=0, warmup=True):
+def _check_cycle(tr, names, cycle, first, schedule, partial=0, warmup=True, last_open=False):
     """A cycle's trace: exactly these step spans under the region, each recording exactly one
     iteration, nothing else (no wait or warmup span), and the schedule's meta.  The region began
     in the warmup, when there was one: clipped."""
@@ -88,7 +88,10 @@ def _check_cycle(tr, names, cycle, first, schedule, partial=0, warmup=True):
     assert [s.parent for s in steps] == [0] * len(names)
     assert tr[0].kind == "region" and tr.roots() == [tr[0]]
     assert tr[0].flags == tr.flag_bits[0] == (CLIPPED if warmup else 0)
-    assert all(f == 0 for f in tr.flag_bits[1:])
+    # a last step ended by the block's end, not by a step() call, is flagged open at stop (1)
+    assert [s.flags for s in steps] == [0] * (len(steps) - 1) + [1 if last_open else 0]
+    assert all(f == 0 for i, f in enumerate(tr.flag_bits[1:], 1)
+               if tr[i].kind != "step")
     for s in steps:
         assert _subtree(tr, s.id) == STEP, s.name
     assert len(tr) == 1 + len(names) * (1 + STEP_SPANS)            # exactly their spans
@@ -232,7 +235,8 @@ def test_partial_cycle_at_the_block_end():
             if i:
                 prof.step()
             ITER()
-    _check_cycle(prof.trace, ["step#1", "step#2", "step#3"], 0, 1, text, partial=0)
+    _check_cycle(prof.trace, ["step#1", "step#2", "step#3"], 0, 1, text, partial=0,
+                 last_open=True)
 
 
 def test_cycle_still_in_warmup_is_discarded():

@@ -276,7 +276,7 @@ def test_units_in_cells_never_in_headers():
     assert header_lines and not any("_ns" in ln or "_share" in ln for ln in header_lines)
     i = txt.splitlines().index("Top 10 ops (by self)")
     first = txt.splitlines()[i + 1].split()
-    assert first == ["name", "calls", "total", "self", "mean", "std", "self,", "of", "step"]
+    assert first == ["name", "calls", "total", "self", "mean", "std", "self-share"]
     assert report.fmt_delta(-193_900) == "-193.900 us"
     assert report.fmt_delta(1_234_567, 10_000_000) == "+1.235 ms (+12.3%)"
     assert report.fmt_delta(-500, 1000) == "-500 ns (-50.0%)"
@@ -327,9 +327,9 @@ def test_measure_says_when_an_overhead_is_within_the_noise():
                            "ML": [run([999, 105, 145, 65, 125, 85])]},
                     warmup=0, repeat=5, trim=0.0, batch_size=None)
     ov = m.overhead
-    sd = np.std([100, 140, 60, 120, 80])
+    var = np.var([100, 140, 60, 120, 80], ddof=1)          # 1000
     assert ov.loc[1, "added_ns"] == 5
-    assert ov.loc[1, "noise_ns"] == pytest.approx(2 * np.sqrt(2 * sd ** 2 / 5))
+    assert ov.loc[1, "noise_ns"] == pytest.approx(2 * np.sqrt(2 * var / 5)) == 40
     assert bool(ov.loc[1, "within_noise"])
     txt = report.text(m)
     assert ("M in run ML: +5 ns added is within the noise (± %s): measure with a larger "
@@ -380,8 +380,9 @@ def test_cli_run_model_and_summary_sort(tmp_path, capsys):
     tr = xsp.load(str(tmp_path / "b.xsp"))
     assert [s.name for s in tr.spans(kind="model")] == ["Net", "Head"] * 5
     r = xsp_cmd("run", "-q", "--model", ",", "s.py", cwd=tmp_path)
-    assert r.returncode == 1 and r.stderr == ("xsp: error: --model: give one or more class "
-                                              "names, e.g. --model ResNet\n")
+    assert r.returncode == 1 and r.stderr == (
+        "xsp: error: --model: give one or more class names separated by commas, e.g. --model "
+        "ResNet or --model ResNet,Head (not ',')\n")
     assert cli.main(["summary", str(tmp_path / "a.xsp"), "--sort", "calls", "--top", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     i = out.index("Top 3 ops (by calls)")
@@ -412,3 +413,99 @@ def test_a_schedule_records_exactly_the_active_steps_and_they_are_the_iterations
         assert sorted(zip(lr["name"], lr["calls"])) == [
             ("CrossEntropyLoss", 2), ("act", 2), ("fc", 2)]
         assert "2 iterations: steps" in report.text(tr)
+
+
+def test_measure_with_one_sample_says_the_spread_is_unknown():
+    from xsp.leveled import Measurement
+
+    def run(d):
+        return xsp.Trace.from_spans([S("m", "region", 0, 10 ** 6),
+                                     S("step#0", "step", 0, 9, 0), S("F", "model", 0, 9, 1),
+                                     S("step#1", "step", 10, 10 + d, 0),
+                                     S("F", "model", 10, 10 + d, 3)],
+                                    meta={"levels": "M", "region": "m"})
+
+    m = Measurement("ML", {"M": [run(100)], "ML": [run(151)]}, warmup=0, repeat=1, trim=0.0,
+                    batch_size=None)
+    ov = m.overhead
+    assert ov.loc[1, "added_ns"] == 51 and np.isnan(ov.loc[1, "noise_ns"])
+    assert bool(ov.loc[1, "within_noise"])
+    assert ("M in run ML: +51 ns added, spread unknown (one sample): measure with repeat >= 2 "
+            "to tell") in report.text(m)
+
+
+def test_a_model_call_after_the_last_step_or_an_interrupted_step_is_no_iteration():
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(4, 8)
+    with xsp.profile(levels="ML") as prof:
+        for _ in range(3):
+            net(x).sum().backward()
+            prof.step()
+        with torch.no_grad():
+            net(x)                      # an evaluation after the loop: a leftover
+    tr = prof.trace
+    assert [(s.name, s.flags) for s in tr.spans(kind="step")] == [
+        ("step#0", 0), ("step#1", 0), ("step#2", 0), ("step#3", 1)]
+    assert A.model_latency(tr)["name"].tolist() == ["step#0", "step#1", "step#2"]
+    assert ("not an iteration: the step after the last step() (step() ends each iteration "
+            "(step#0 holds a model call), so what follows the last step() is a leftover)"
+            ) in report.text(tr)
+    # step() at the start, and the block interrupted in the last iteration
+    with pytest.raises(KeyboardInterrupt):
+        with xsp.profile(levels="ML") as prof:
+            for i in range(3):
+                prof.step()
+                net(x)
+                if i == 2:
+                    raise KeyboardInterrupt
+    tr = prof.trace
+    assert A.model_latency(tr)["name"].tolist() == ["step#1", "step#2"]
+    txt = report.text(tr)
+    assert "the profiled block ended with KeyboardInterrupt in the block" in txt
+    assert ("the step after the last step() (the block ended with KeyboardInterrupt in the "
+            "block: the step is incomplete)") in txt
+
+
+def test_model_calls_on_another_thread_count_for_the_step_they_ran_in():
+    import threading
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(4, 8)
+    with xsp.profile(levels="ML") as prof:
+        for _ in range(4):
+            t = threading.Thread(target=lambda: net(x))
+            t.start()
+            t.join()
+            prof.step()
+    tr = prof.trace
+    assert len(tr.spans(kind="model")) == 4
+    assert A.model_latency(tr)["name"].tolist() == ["step#%d" % i for i in range(4)]
+
+
+def test_cli_errors_and_warnings_are_one_line(tmp_path, capsys):
+    from test_cli import xsp_cmd
+    from xsp import cli
+    (tmp_path / "s.py").write_text(SCRIPT)
+    if not torch.cuda.is_available():
+        r = xsp_cmd("run", "--levels", "MLG", "s.py", cwd=tmp_path)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("xsp: error: level G cannot be recorded: ")
+        assert "--gpu-fallback" in r.stderr and "Traceback" not in r.stderr
+    r = xsp_cmd("run", "-q", "--model", "Nope", "-o", "n.xsp", "s.py", cwd=tmp_path)
+    assert r.returncode == 0
+    assert r.stderr == ("xsp: warning: --model Nope matched no top-level call, so there are no "
+                        "model spans (the top-level calls were of: Head, MSELoss, Net)\n")
+    tr = xsp.load(str(tmp_path / "n.xsp"))
+    assert tr.meta["model"] == "Nope"
+    assert ("model named Nope: no top-level call matched it (every top-level call is a layer)"
+            in report.text(tr))
+    r = xsp_cmd("run", "--model", "Net,,x", "s.py", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("xsp: error: --model: give one or more")
+    # level M alone under xsp run: the script imports torch after the profile started
+    r = xsp_cmd("run", "-q", "--levels", "M", "-o", "m.xsp", "s.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    tr = xsp.load(str(tmp_path / "m.xsp"))
+    assert [s.name for s in tr.spans(kind="model")] == ["Net", "Head"] * 5
+    assert len(A.model_latency(tr)) == 5
+    assert cli.main(["summary", str(tmp_path / "m.xsp"), "--sort", "gpu"]) == 1
+    assert capsys.readouterr().err == ("xsp: error: --sort gpu: %s has no GPU times (level G "
+                                       "was not recorded)\n" % (tmp_path / "m.xsp"))
