@@ -356,6 +356,8 @@ class Comparison:
         out = ["xsp compare: %s -> %s" % tuple(names)]
         out.append("iterations: %d -> %d; a change is called when |change| > noise = %g x "
                    "sqrt(sb^2/nb + sa^2/na)" % (nb, na, self.k))
+        out.append("(each row is its own test: among many rows of two runs of the same code, "
+                   "a few are called by chance; trust the step first, then the largest rows)")
         if min(nb, na) < FEW_ITERATIONS:
             out.append("note: fewer than %d iterations in a run (%d and %d): the noise is "
                        "poorly known%s; record more steps (xsp.step() after each iteration)"

@@ -140,8 +140,11 @@ def test_text_has_units_in_the_cells_and_signed_changes():
     assert lines[0] == "xsp compare: a.xsp -> b.xsp"
     assert lines[1].startswith("iterations: 4 -> 4; a change is called when |change| > "
                                "noise = 2 x sqrt(sb^2/nb + sa^2/na)")
-    assert lines[2].startswith("note: fewer than 5 iterations in a run (4 and 4): the noise "
-                             "is poorly known; record more steps")
+    assert lines[2] == ("(each row is its own test: among many rows of two runs of the same "
+                        "code, a few are called by chance; trust the step first, then the "
+                        "largest rows)")
+    assert lines[3].startswith("note: fewer than 5 iterations in a run (4 and 4): the noise "
+                               "is poorly known; record more steps")
     i = lines.index("") + 1
     assert lines[i].split() == ["figure", "before", "after", "change", "noise", "verdict"]
     assert lines[i + 1].split() == ["step", "480", "ns", "560", "ns", "+80", "ns", "(+16.7%)",
