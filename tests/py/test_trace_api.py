@@ -124,13 +124,21 @@ def test_filters(tiny):
 
 
 def test_tree_text(tiny):
-    assert tiny.tree() == "\n".join([
+    assert tiny.tree(fold=False) == "\n".join([
         "xsp.profile [region] 130 ns (self 40 ns)",
         "└─ Outer [model] 90 ns (self 40 ns)",
         "   ├─ inner [module Add] 30 ns (self 20 ns)",
         "   │  └─ aten::add [op] 10 ns",
         "   ├─ aten::mul [op] 10 ns",
         "   └─ aten::mul [op] 10 ns",
+    ])
+    # by default repeated siblings (same name and kind, one after the other) fold into one line
+    assert tiny.tree() == "\n".join([
+        "xsp.profile [region] 130 ns (self 40 ns)",
+        "└─ Outer [model] 90 ns (self 40 ns)",
+        "   ├─ inner [module Add] 30 ns (self 20 ns)",
+        "   │  └─ aten::add [op] 10 ns",
+        "   └─ x2 aten::mul [op] 20 ns (mean 10 ns)",
     ])
     assert tiny.tree(max_depth=1) == "\n".join([
         "xsp.profile [region] 130 ns (self 40 ns)",
@@ -239,9 +247,12 @@ def test_tree_of_a_subtree(tiny):
     assert tiny.tree(root=2) == sub
     assert tiny.tree(root=tiny[2]) == sub
     assert tiny.tree(root=-1) == "aten::mul [op] 10 ns"
-    assert tiny.tree(root=1, max_depth=1).splitlines() == [
+    assert tiny.tree(root=1, max_depth=1, fold=False).splitlines() == [
         "Outer [model] 90 ns (self 40 ns)", "├─ inner [module Add] 30 ns (self 20 ns)",
         "├─ aten::mul [op] 10 ns", "└─ aten::mul [op] 10 ns"]
+    assert tiny.tree(root=1, max_depth=1).splitlines() == [
+        "Outer [model] 90 ns (self 40 ns)", "├─ inner [module Add] 30 ns (self 20 ns)",
+        "└─ x2 aten::mul [op] 20 ns (mean 10 ns)"]
     with pytest.raises(IndexError):
         tiny.tree(root=6)
 
