@@ -882,7 +882,9 @@ class Span:
     name = property(lambda s: s._t.strings[s._t._name[s.id]])
     start_ns = property(lambda s: int(s._t.start_ns[s.id]))
     end_ns = property(lambda s: int(s._t.end_ns[s.id]))
-    duration_ns = property(lambda s: int(s._t.end_ns[s.id] - s._t.start_ns[s.id]))
+    duration_ns = property(lambda s: int(s._t.end_ns.view(np.uint64)[s.id])
+                           - int(s._t.start_ns.view(np.uint64)[s.id]),
+                           doc="end_ns - start_ns (exact: the times as the uint64 they are).")
     self_ns = property(lambda s: int(s._t.self_ns[s.id]))
     thread = property(lambda s: int(s._t.threads[s._t._thread[s.id]][0]),
                       doc="OS thread id of the thread that recorded the span.")

@@ -13,7 +13,6 @@ Three kinds of tests:
     Every mutant the reader accepts goes through everything; only xsp.TraceFormatError may
     escape.  Deterministic (fixed seed, fake clock); XSP_FUZZ_MUTANTS=20000 runs more.
 """
-import math
 import os
 import random
 import struct
@@ -85,15 +84,15 @@ def test_pid_meta_that_is_not_an_int_falls_back_to_0(tmp_path):
     """Regression guard (bug: a `pid` meta stored as a string made xsp.chrome.write raise
     ValueError: invalid literal for int())."""
     import json
-    for bad in ("abc", 1.5, 2 ** 62 * -1 - 2 ** 62, True):
-        meta = {"pid": bad} if not isinstance(bad, bool) else {"pid": "1"}
-        tr = xsp.Trace.from_spans([S("r", "region", 0, 1000)], meta=meta)
+    for bad in ("abc", "1", 1.5, -1, 2 ** 31, -2 ** 63):
+        tr = xsp.Trace.from_spans([S("r", "region", 0, 1000)], meta={"pid": bad})
         xsp.chrome.write(tr, str(tmp_path / "t.json"))
         doc = json.loads((tmp_path / "t.json").read_text())
         assert {e["pid"] for e in doc["traceEvents"]} == {0}
         assert doc["otherData"]["xsp"]["pid_note"] == (
             "meta pid %r is not a process id (an int from 0 to 2**31-1); events use pid 0"
-            % (meta["pid"],))
+            % (bad,))
+        assert doc["otherData"]["xsp"]["meta"]["pid"] == bad
     tr = xsp.Trace.from_spans([S("r", "region", 0, 1000)], meta={"pid": 4242})
     xsp.chrome.write(tr, str(tmp_path / "t.json"))
     doc = json.loads((tmp_path / "t.json").read_text())
@@ -151,6 +150,40 @@ def test_times_past_2_63_do_not_break_the_views(tmp_path):
     everything(tr, tmp_path)
 
 
+def test_a_name_over_65535_bytes_is_cut_at_a_character_boundary_and_counted():
+    """Regression guard (bug: a name over 65,535 bytes, the format's limit, was cut at exactly
+    that many bytes without being counted, possibly inside a UTF-8 character, and then
+    print(span.name) raised UnicodeEncodeError)."""
+    long = "a" + "\u20ac" * 22000                # 1 + 3 * 22000 bytes; the limit cuts a euro
+    kept = "a" + "\u20ac" * 21844                # 65533 bytes
+    with xsp.profile(levels="ML") as prof:
+        with torch.profiler.record_function(long):
+            pass
+        with torch.profiler.record_function(long):
+            pass
+        with torch.profiler.record_function("short"):
+            pass
+    tr = prof.trace
+    scopes = tr.spans(kind="scope")
+    assert [s.name == kept for s in scopes] == [True, True, False]
+    assert len(scopes[0].name.encode("utf-8")) == 65533    # encodes: no lone surrogate
+    assert tr.counters["names.cut"] == 1                   # one name, cut once
+    assert tr.tree().splitlines()[-1] == "counters: names.cut 1"
+    back = xsp.Trace.from_bytes(tr.to_bytes())
+    assert back == tr and back.counters["names.cut"] == 1
+    # a trace without long names has no such counter
+    with xsp.profile(levels="ML") as prof:
+        with torch.profiler.record_function("short"):
+            pass
+    assert "names.cut" not in prof.trace.counters
+    # from_spans cuts and counts the same way (names, attribute values, meta)
+    built = xsp.Trace.from_spans([S(long, "region", 0, 10, type=long + "x")],
+                                 meta={"region": "\u20ac" * 30000}, counters={"lost.cap": 0})
+    assert built[0].name == kept and built[0].attrs["type"] == kept
+    assert built.meta["region"] == "\u20ac" * 21845       # 65535 bytes: a whole euro fits
+    assert built.counters == {"lost.cap": 0, "names.cut": 2}   # the name and the meta value
+
+
 # -- a 100,000-deep parent chain ----------------------------------------------------------------
 
 DEEP = 100_000
@@ -202,13 +235,6 @@ def test_a_100000_deep_chain_is_linear(deep_trace, tmp_path):
 
 # -- the mutation fuzzer --------------------------------------------------------------------------
 
-class _Ext:
-    """A msgpack value kept as its exact bytes (to re-encode an int in an unusual form)."""
-
-    def __init__(self, raw):
-        self.raw = raw
-
-
 def mp_decode(b):
     """A small msgpack decoder for the types an .xsp file uses: ints, floats, str (as bytes),
     arrays.  Returns the object; raises ValueError on anything else or trailing bytes."""
@@ -252,12 +278,10 @@ def mp_decode(b):
 
 
 def mp_encode(o, out=None):
-    """Encodes what mp_decode gives (and _Ext), ints in their smallest form."""
+    """Encodes what mp_decode gives, ints in their smallest form."""
     top = out is None
     out = bytearray() if top else out
-    if isinstance(o, _Ext):
-        out += o.raw
-    elif isinstance(o, bool):
+    if isinstance(o, bool):
         out.append(0xc3 if o else 0xc2)
     elif isinstance(o, int):
         if 0 <= o <= 0x7f:
