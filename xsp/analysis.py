@@ -352,7 +352,8 @@ def phases(source):
     rest = lat.astype(np.int64).copy()
     for name, m in _phase_masks(src).items():
         sel = m & (it >= 0)
-        v = np.bincount(it[sel], weights=src.dur[sel], minlength=n_it)[:n_it].astype(np.int64)
+        v = np.zeros(n_it, dtype=np.int64)      # summed in int64: exact, no float rounding
+        np.add.at(v, it[sel], src.dur[sel])
         df[name + "_ns"] = v
         rest -= v
     df["other_ns"] = rest

@@ -448,6 +448,8 @@ def _timeline_window(s):
         return None
     lat = s.iters["latency_ns"].to_numpy()
     j = int(np.argsort(lat, kind="stable")[len(lat) // 2])
+    if lat[j] <= 0:      # a zero-length iteration (negative: times wrapped in a file): no timeline
+        return None
     start = int(s.iters["start_ns"].iloc[j])
     return start, start + int(lat[j]), "iteration %d (the median by latency)" % j
 

@@ -80,6 +80,30 @@ def test_attribute_of_an_unexpected_type_is_shown_as_its_value():
     assert "fc" in xsp.report.text(tr)
 
 
+def test_attributes_named_like_columns_or_of_the_wrong_type_keep_the_table_sane(tmp_path):
+    """Regression guard (bugs: an attribute named "id" replaced to_pandas' id column, so every
+    analysis raised ValueError "the span table's ids must be 0..n-1"; a mem_bytes attribute
+    holding a string made layers() raise ValueError in pandas)."""
+    import json
+    fc = S("fc", "module", 10, 90, 0, type="Linear", id="x", mem_bytes="aten::addmm",
+           seq=1.5, flops="many")
+    fc["attrs"]["parent"] = 7
+    tr = xsp.Trace.from_spans([S("r", "region", 0, 100), fc], meta={"levels": "ML"})
+    df = tr.to_pandas()
+    assert df["id"].tolist() == [0, 1] and df["parent"].tolist() == [-1, 0]
+    assert df["attr.id"].tolist()[1:] == ["x"] and df["attr.parent"].tolist() == [None, 7]
+    assert df["mem_bytes"].tolist() == [None, None] and df["seq"].tolist() == [None, None]
+    assert df["flops"].tolist() == [None, None]
+    assert tr[1].attrs["mem_bytes"] == "aten::addmm"          # the stored value, unchanged
+    assert A.layers(tr)["name"].tolist() == ["fc"]
+    assert A.layers(tr)["allocated_bytes"].isna().all()
+    xsp.chrome.write(tr, str(tmp_path / "t.json"))
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert [e["args"] for e in doc["traceEvents"] if e["ph"] == "X"][1] == {
+        "type": "Linear", "attr.id": "x", "attr.parent": 7, "mem_bytes": "aten::addmm",
+        "seq": 1.5, "flops": "many", "id": 1, "parent": 0}
+
+
 def test_pid_meta_that_is_not_an_int_falls_back_to_0(tmp_path):
     """Regression guard (bug: a `pid` meta stored as a string made xsp.chrome.write raise
     ValueError: invalid literal for int())."""
@@ -148,6 +172,15 @@ def test_times_past_2_63_do_not_break_the_views(tmp_path):
                               meta={"levels": "ML"})
     assert tr.tree().splitlines()[1] == "└─ m [module Linear] 94 ns"
     everything(tr, tmp_path)
+
+
+def test_report_html_of_zero_length_iterations(tmp_path):
+    """Regression guard (bug: report.html drew a timeline of the median iteration and raised
+    ValueError "timeline window is empty" when that iteration lasted 0 ns)."""
+    tr = xsp.Trace.from_spans([S("r", "region", 0, 100), S("step#0", "step", 50, 50, 0),
+                               S("step#1", "step", 60, 60, 0)], meta={"levels": "ML"})
+    doc = xsp.report.html(tr, str(tmp_path / "t.html"))
+    assert "Timeline of" not in doc and "<h3>Tree</h3>" in doc
 
 
 def test_a_name_over_65535_bytes_is_cut_at_a_character_boundary_and_counted():
