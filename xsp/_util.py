@@ -24,6 +24,23 @@ def fmt_ns(ns):
     return "%d ns" % round(ns)
 
 
+def fmt_signed(ns, share=None):
+    """A signed duration for people, "+1.234 ms" or "-193.900 us", followed by a signed share
+    when given and not NaN: "+1.234 ms (+3.4%)"; '-' for NaN or None."""
+    if ns is None:
+        return "-"
+    try:
+        ns = float(ns)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(ns):
+        return "-"
+    text = ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+    if share is not None and not math.isnan(share):
+        text += " (%+.1f%%)" % (100.0 * share)
+    return text
+
+
 def printable(text):
     """text with what cannot be written as UTF-8 (lone surrogates: names that were not valid
     UTF-8, kept by the core byte for byte) replaced by '?'."""

@@ -34,6 +34,7 @@ class _Source:
         self.measurement = None
         self._windows = None
         self._iteration_of = None
+        self._phase_masks = None    # _phase_masks(self), once computed
         self.dropped_tail = None    # (span id, why) of a last step that is not an iteration
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
@@ -319,7 +320,10 @@ def _phase_masks(src):
     toplevel_layers (top-level module calls outside a model: the loss, lone layers), backward
     (autograd's backward functions and the engine's evaluate_function ops, outside the model
     calls), optimizer (the Optimizer.step# and Optimizer.zero_grad# scopes that torch's
-    optimizers record)."""
+    optimizers record).  Computed once per source (phases, forward_time and the layer tables
+    of one report share it)."""
+    if src._phase_masks is not None:
+        return src._phase_masks
     names = pd.Series(src.df["name"].to_numpy(), dtype=object).astype(str)
     in_model = src.nearest(("model",)) >= 0
     is_model = src.kind == "model"
@@ -332,8 +336,8 @@ def _phase_masks(src):
     out = {}
     for name, m in (("forward", is_model), ("toplevel_layers", top_layer), ("backward", bw),
                     ("optimizer", opt)):
-        outer = m & (nearest_ancestor(src.parent, m, include_self=False) < 0)
-        out[name] = outer
+        out[name] = m & (nearest_ancestor(src.parent, m, include_self=False) < 0)
+    src._phase_masks = out
     return out
 
 

@@ -341,9 +341,6 @@ def _summary(ns):
         raise _Fail("--top must be at least 1")
     if ns.tree is not None and ns.tree < 0:
         raise _Fail("--tree must be at least 0")
-    depth = ns.tree
-    if ns.tree_all and ns.tree is None:
-        ns.tree = -1                # the whole trace, every depth
     trace = _load(ns.trace)
     sort = {"gpu": "gpu_ns", "gpu_self": "gpu_self_ns", "calls": "calls"}.get(
         ns.sort, ns.sort + "_ns")
@@ -351,15 +348,14 @@ def _summary(ns):
         raise _Fail("--sort %s: %s has no GPU times (level G was not recorded)"
                     % (ns.sort, ns.trace))
     sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
-    if ns.tree is not None:
-        if ns.tree_all:
-            sys.stdout.write("\n" + trace.tree(max_depth=depth, fold=False) + "\n")
-        else:
-            root, what = report.median_iteration(trace)
-            sys.stdout.write("\nTree of %s (depth <= %d; spans under 1%% hidden, repeated "
-                             "siblings folded; --tree-all for everything)\n" % (what, ns.tree))
-            sys.stdout.write(trace.tree(root=root, max_depth=ns.tree, min_share=0.01,
-                                        fold=True, max_lines=60) + "\n")
+    if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
+        sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
+    elif ns.tree is not None:
+        root, what = report.median_iteration(trace)
+        sys.stdout.write("\nTree of %s (depth <= %d; spans under 1%% hidden, repeated "
+                         "siblings folded; --tree-all for everything)\n" % (what, ns.tree))
+        sys.stdout.write(trace.tree(root=root, max_depth=ns.tree, min_share=0.01, fold=True,
+                                    max_lines=60) + "\n")
     return 0
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis as A
-from ._util import fmt_ns, printable
+from ._util import fmt_ns, fmt_signed, printable
 
 FIGURE_COLUMNS = ["before_ns", "after_ns", "before_std_ns", "after_std_ns", "delta_ns",
                   "delta_share", "noise_ns", "verdict"]
@@ -242,12 +242,7 @@ def compare(before, after, *, k=2.0):
 def fmt_change(delta, share):
     """A signed change with its share, as xsp.report.fmt_delta writes it: '+1.234 ms
     (+3.4%)', '-193.900 us (-1.9%)'; without the share where it is NaN (before is 0)."""
-    if delta is None or math.isnan(delta):
-        return "-"
-    s = ("+" if delta >= 0 else "-") + fmt_ns(abs(delta))
-    if not math.isnan(share):
-        s += " (%+.1f%%)" % (100.0 * share)
-    return s
+    return fmt_signed(delta, share)
 
 
 def _cells(row):

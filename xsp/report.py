@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis as A
-from ._util import atomic_write, fmt_ns, printable
+from ._util import atomic_write, fmt_ns, fmt_signed, printable
 
 
 def fmt_share(x):
@@ -27,12 +27,7 @@ def fmt_share(x):
 def fmt_delta(ns, base=None):
     """A signed duration, "+1.234 ms" or "-193.900 us", with its share of base when given:
     "+1.234 ms (+3.4%)"."""
-    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
-        return "-"
-    text = ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
-    if base:
-        text += " (%+.1f%%)" % (100.0 * ns / base)
-    return text
+    return fmt_signed(ns, ns / base if base and ns is not None else None)
 
 
 # headers of the tables as people read them: units go in the cells ("1.952 ms", "12.3%"),
@@ -254,13 +249,21 @@ def _overhead_notes(ov):
     return out
 
 
+def _median_index(iters):
+    """The row of model_latency's table that is the median iteration by latency (the upper
+    one of an even count), or None for no iteration."""
+    if not len(iters):
+        return None
+    return int(np.argsort(iters["latency_ns"].to_numpy(), kind="stable")[len(iters) // 2])
+
+
 def median_iteration(source):
     """(span id, description) of the median iteration by latency, for a tree or timeline of a
     typical iteration; (None, "the whole trace") when there is none."""
     it = A.model_latency(source)
-    if not len(it):
+    j = _median_index(it)
+    if j is None:
         return None, "the whole trace"
-    j = int(np.argsort(it["latency_ns"].to_numpy(), kind="stable")[len(it) // 2])
     return int(it["id"].iloc[j]), "iteration %d (%s, the median of %d by latency)" % (
         j, it["name"].iloc[j], len(it))
 
@@ -442,16 +445,18 @@ def _plots(s):
 
 
 def _timeline_window(s):
-    """(start, end, label) of the iteration the timeline shows: the median one by latency,
-    so that neither the first (slow) call nor an outlier is what the reader sees."""
-    if not len(s.iters):
+    """(start, end, label, span id) of the iteration the timeline and the tree show: the
+    median one by latency, so that neither the first (slow) call nor an outlier is what the
+    reader sees; None without one, or when it lasts no time."""
+    j = _median_index(s.iters)
+    if j is None:
         return None
-    lat = s.iters["latency_ns"].to_numpy()
-    j = int(np.argsort(lat, kind="stable")[len(lat) // 2])
-    if lat[j] <= 0:      # a zero-length iteration (negative: times wrapped in a file): no timeline
+    lat = int(s.iters["latency_ns"].iloc[j])
+    if lat <= 0:      # a zero-length iteration (negative: times wrapped in a file): no timeline
         return None
     start = int(s.iters["start_ns"].iloc[j])
-    return start, start + int(lat[j]), "iteration %d (the median by latency)" % j
+    return (start, start + lat, "iteration %d (the median by latency)" % j,
+            int(s.iters["id"].iloc[j]))
 
 
 def html_fragment(source, top=10):
@@ -503,11 +508,7 @@ def html_fragment(source, top=10):
         parts.append("<h3>Timeline of %s</h3>" % esc(win[2]))
         parts.append(_html.timeline_svg(trace, win[0], win[1]))
     if trace is not None:
-        root = None
-        if win is not None and len(s.iters):
-            j = int(np.argsort(s.iters["latency_ns"].to_numpy(), kind="stable")[
-                len(s.iters) // 2])
-            root = int(s.iters["id"].iloc[j])
+        root = win[3] if win is not None else None
         parts.append("<h3>Tree%s</h3>" % (" of that iteration" if root is not None else ""))
         parts.append(_html.tree_html(trace, root=root))
     plots = _plots(s)

@@ -204,13 +204,22 @@ int xsp_session_set_steps(xsp_session *s, uint64_t first, uint64_t cut)
     return 0;
 }
 
-int xsp_session_step(xsp_session *s)
+/* Ends the step span now open (a step() call ended it) and counts it: 0, or -1 when the
+ * session is not recording or no step is open. */
+static int end_current_step(xsp_session *s)
 {
     if (s->state != XSP_SESSION_RECORDING || !s->step_open)
         return -1;
     if (s->region)
         xsp_rec_end(STEP_KEY(s->steps), 0);
     s->steps++;
+    return 0;
+}
+
+int xsp_session_step(xsp_session *s)
+{
+    if (end_current_step(s) != 0)
+        return -1;
     if (s->cut_step > s->first_step && s->first_step + s->steps == s->cut_step) {
         /* between the end of the last warmup step and the begin of the first active one */
         s->cut_ticks = xsp_rec_now();
@@ -223,11 +232,8 @@ int xsp_session_step(xsp_session *s)
 
 int xsp_session_end_step(xsp_session *s)
 {
-    if (s->state != XSP_SESSION_RECORDING || !s->step_open)
+    if (end_current_step(s) != 0)
         return -1;
-    if (s->region)
-        xsp_rec_end(STEP_KEY(s->steps), 0);
-    s->steps++;
     s->step_open = 0;
     return 0;
 }

@@ -13,6 +13,7 @@ import xsp
 import xsp._torch
 from xsp import _core, cli
 from helpers import check_tree
+from test_interrupts import _Injector
 import models
 
 ORIG_CALL = torch.nn.Module.__call__
@@ -513,21 +514,6 @@ def test_fork_inside_a_scheduled_block(tmp_path):
                        env=dict(os.environ, PYTHONPATH=root), timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["0 waiting 0", "1 recording 0", "[['step#1'], ['step#3']]"]
-
-
-class _Injector:
-    """A trace function that raises KeyboardInterrupt at the n-th 'line' event."""
-
-    def __init__(self, at):
-        self.at, self.n, self.fired = at, 0, None
-
-    def __call__(self, frame, event, arg):
-        if event == "line":
-            self.n += 1
-            if self.n == self.at:
-                self.fired = "%s:%d" % (frame.f_code.co_filename, frame.f_lineno)
-                raise KeyboardInterrupt("injected at line event %d" % self.at)
-        return self
 
 
 MODEL = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
