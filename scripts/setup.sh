@@ -30,7 +30,7 @@ fi
 VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
-"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=7"
+"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=8"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
 
@@ -41,6 +41,9 @@ XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no
 # taken, with a warning.  Without apt-get, or when the install fails, it warns and goes on:
 # the browser test then skips itself, saying why.
 if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
+    # pytest-xdist for tests/py/test_pytest_plugin.py (the plugin under two workers): the
+    # version of xsp's `pytest` extra
+    "$VPY" -m pip install -q "pytest-xdist==3.8.0"
     CHROMIUM_PIN=${CHROMIUM_PIN:-156.0.8078.114-1~deb12u1}
     if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
         :

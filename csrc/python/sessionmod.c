@@ -1022,6 +1022,11 @@ static PyObject *sess_get_levels(SessionObject *self, void *Py_UNUSED(closure))
     return PyUnicode_FromString(self->levels);
 }
 
+static PyObject *sess_get_where(SessionObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->where ? self->where : Py_None);
+}
+
 static PyObject *sess_get_steps(SessionObject *self, void *Py_UNUSED(closure))
 {
     if (self->sched.active)
@@ -1146,6 +1151,8 @@ static PyGetSetDef sess_getset[] = {
     {"_levels", (getter)sess_get_levels, NULL, "the levels recorded (G dropped by a fallback)",
      NULL},
     {"_steps", (getter)sess_get_steps, NULL, "step() calls so far", NULL},
+    {"_where", (getter)sess_get_where, NULL,
+     "file:line of the code that made the profile (str), or None", NULL},
     {"_traces", (getter)sess_get_traces, NULL,
      "a new list of the TraceData kept: every cycle's of a schedule without on_trace_ready "
      "(none with it), else the one trace once stopped", NULL},

@@ -70,7 +70,59 @@ xsp_torch_py_attached(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(xsp_torch_attached());
 }
 
+PyDoc_STRVAR(mem_begin_doc,
+"mem_begin() -> None\n\n"
+"Starts counting the allocations and frees PyTorch reports to profilers on this thread (and\n"
+"on the threads its work goes to: autograd's workers).  Raises RuntimeError when a window is\n"
+"already open or when another profiler holds the thread's profiler state.");
+
+static PyObject *
+xsp_torch_py_mem_begin(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    (void)module;
+    char err[512];
+    if (xsp_torch_mem_begin(err, sizeof err) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(mem_end_doc,
+"mem_end() -> dict\n\n"
+"Ends the window mem_begin() opened and returns its counts: {device: {allocs, alloc_bytes,\n"
+"frees, free_bytes, peak_bytes}} for device 'cpu', 'cuda' and 'other'.  Raises\n"
+"RuntimeError when no window is open or it was opened on another thread.");
+
+static PyObject *
+xsp_torch_py_mem_end(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    (void)module;
+    char err[512];
+    xsp_torch_mem_counts c;
+    if (xsp_torch_mem_end(&c, err, sizeof err) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, err);
+        return NULL;
+    }
+    static const char *const names[3] = {"cpu", "cuda", "other"};
+    PyObject *out = PyDict_New();
+    for (int i = 0; out != NULL && i < 3; i++) {
+        PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:L}", "allocs",
+                                    (unsigned long long)c.allocs[i], "alloc_bytes",
+                                    (unsigned long long)c.alloc_bytes[i], "frees",
+                                    (unsigned long long)c.frees[i], "free_bytes",
+                                    (unsigned long long)c.free_bytes[i], "peak_bytes",
+                                    (long long)c.peak_bytes[i]);
+        if (d == NULL || PyDict_SetItemString(out, names[i], d) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(d);
+    }
+    return out;
+}
+
 static PyMethodDef xsp_torch_methods[] = {
+    {"mem_begin", xsp_torch_py_mem_begin, METH_NOARGS, mem_begin_doc},
+    {"mem_end", xsp_torch_py_mem_end, METH_NOARGS, mem_end_doc},
     {"attach", xsp_torch_py_attach, METH_NOARGS, attach_doc},
     {"detach", xsp_torch_py_detach, METH_NOARGS, detach_doc},
     {"attached", xsp_torch_py_attached, METH_NOARGS, attached_doc},

@@ -39,6 +39,8 @@ extern "C" {
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/version.h>
 
 #include <atomic>
@@ -49,6 +51,7 @@ extern "C" {
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <variant>
 
 namespace {
@@ -286,6 +289,131 @@ extern "C" int xsp_torch_attached(void)
 extern "C" const char *xsp_torch_build_version(void)
 {
     return TORCH_VERSION;
+}
+
+namespace {
+
+/* The memory counter: c10 calls reportMemoryUsage for every allocation and free while it is
+ * the thread's PROFILER_STATE (DebugInfoKind), which ThreadLocalState carries into autograd's
+ * worker threads.  Only relaxed atomics: sums need no order, and the window's end reads them
+ * after the work that made them has joined (the caller's thread). */
+struct mem_counter final : c10::MemoryReportingInfoBase {
+    std::atomic<uint64_t> allocs[3];
+    std::atomic<uint64_t> alloc_bytes[3];
+    std::atomic<uint64_t> frees[3];
+    std::atomic<uint64_t> free_bytes[3];
+    std::atomic<int64_t> net[3];
+    std::atomic<int64_t> peak[3];
+
+    mem_counter() { reset(); }
+
+    void reset() noexcept
+    {
+        for (int i = 0; i < 3; i++) {
+            allocs[i].store(0, std::memory_order_relaxed);
+            alloc_bytes[i].store(0, std::memory_order_relaxed);
+            frees[i].store(0, std::memory_order_relaxed);
+            free_bytes[i].store(0, std::memory_order_relaxed);
+            net[i].store(0, std::memory_order_relaxed);
+            peak[i].store(0, std::memory_order_relaxed);
+        }
+    }
+
+    void reportMemoryUsage(void *, int64_t size, size_t, size_t, c10::Device device) override
+    {
+        int d = device.is_cpu() ? 0 : device.is_cuda() ? 1 : 2;
+        if (size > 0) {
+            allocs[d].fetch_add(1, std::memory_order_relaxed);
+            alloc_bytes[d].fetch_add(static_cast<uint64_t>(size), std::memory_order_relaxed);
+            int64_t now = net[d].fetch_add(size, std::memory_order_relaxed) + size;
+            int64_t p = peak[d].load(std::memory_order_relaxed);
+            while (now > p && !peak[d].compare_exchange_weak(p, now, std::memory_order_relaxed))
+                ;
+        } else if (size < 0) {
+            frees[d].fetch_add(1, std::memory_order_relaxed);
+            free_bytes[d].fetch_add(static_cast<uint64_t>(-size), std::memory_order_relaxed);
+            net[d].fetch_add(size, std::memory_order_relaxed);
+        }
+    }
+
+    bool memoryProfilingEnabled() const override { return true; }
+};
+
+/* Protected by g_lock.  The counter is made once and kept (shared with c10's stack while a
+ * window is open); g_mem_thread is the thread that opened the open window. */
+std::shared_ptr<mem_counter> g_mem;
+bool g_mem_open = false;
+std::thread::id g_mem_thread;
+
+} // namespace
+
+extern "C" int xsp_torch_mem_begin(char *err, size_t errlen)
+{
+    try {
+        std::lock_guard<std::mutex> guard(g_lock);
+        if (g_mem_open) {
+            set_err(err, errlen, "xsp._torch: a memory counting window is already open");
+            return -1;
+        }
+        if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) {
+            set_err(err, errlen,
+                    "xsp._torch: another profiler (torch.profiler?) holds this thread's "
+                    "profiler state: allocations cannot be counted while it runs");
+            return -1;
+        }
+        if (!g_mem)
+            g_mem = std::make_shared<mem_counter>();
+        g_mem->reset();
+        c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, g_mem);
+        g_mem_open = true;
+        g_mem_thread = std::this_thread::get_id();
+        return 0;
+    } catch (const std::exception &e) {
+        char msg[512];
+        std::snprintf(msg, sizeof msg, "xsp._torch: cannot count allocations: %s", e.what());
+        set_err(err, errlen, msg);
+    } catch (...) {
+        set_err(err, errlen, "xsp._torch: cannot count allocations (unknown exception)");
+    }
+    return -1;
+}
+
+extern "C" int xsp_torch_mem_end(xsp_torch_mem_counts *out, char *err, size_t errlen)
+{
+    try {
+        std::lock_guard<std::mutex> guard(g_lock);
+        if (!g_mem_open) {
+            set_err(err, errlen, "xsp._torch: no memory counting window is open");
+            return -1;
+        }
+        if (g_mem_thread != std::this_thread::get_id()) {
+            set_err(err, errlen, "xsp._torch: the memory counting window was opened on "
+                                 "another thread");
+            return -1;
+        }
+        if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != g_mem.get()) {
+            set_err(err, errlen, "xsp._torch: another tool pushed a profiler state above "
+                                 "xsp's memory counter and did not pop it");
+            return -1;
+        }
+        c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+        g_mem_open = false;
+        for (int i = 0; i < 3; i++) {
+            out->allocs[i] = g_mem->allocs[i].load(std::memory_order_relaxed);
+            out->alloc_bytes[i] = g_mem->alloc_bytes[i].load(std::memory_order_relaxed);
+            out->frees[i] = g_mem->frees[i].load(std::memory_order_relaxed);
+            out->free_bytes[i] = g_mem->free_bytes[i].load(std::memory_order_relaxed);
+            out->peak_bytes[i] = g_mem->peak[i].load(std::memory_order_relaxed);
+        }
+        return 0;
+    } catch (const std::exception &e) {
+        char msg[512];
+        std::snprintf(msg, sizeof msg, "xsp._torch: cannot end the memory count: %s", e.what());
+        set_err(err, errlen, msg);
+    } catch (...) {
+        set_err(err, errlen, "xsp._torch: cannot end the memory count (unknown exception)");
+    }
+    return -1;
 }
 
 extern "C" const xsp_torch_api *xsp_torch_api_table(void)

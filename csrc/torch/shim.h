@@ -18,6 +18,7 @@
 #define XSP_TORCH_SHIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "include/xsp_api.h"
 
@@ -50,6 +51,35 @@ int xsp_torch_attached(void);
  * Python compares it with torch.__version__ and refuses a shim built for another torch, since
  * libtorch's C++ ABI changes between versions. */
 const char *xsp_torch_build_version(void);
+
+/* Allocation counts of one counting window (xsp_torch_mem_begin .. xsp_torch_mem_end), per
+ * device type: index 0 the CPU, 1 CUDA, 2 any other device.  Bytes are what the allocator
+ * reported: for CUDA the caching allocator's block sizes (rounded up), for the CPU the
+ * requested sizes.  A free counts only for a block allocated inside the window (the CPU
+ * allocator knows nothing of older blocks).  peak_bytes is the highest net allocation
+ * (allocated minus freed) reached during the window, all devices of the type together. */
+typedef struct xsp_torch_mem_counts {
+    uint64_t allocs[3];
+    uint64_t alloc_bytes[3];
+    uint64_t frees[3];
+    uint64_t free_bytes[3];
+    int64_t peak_bytes[3];
+} xsp_torch_mem_counts;
+
+/* Starts counting the allocations PyTorch reports to profilers (c10's memory reporting, the
+ * mechanism of torch.profiler's profile_memory) on the calling thread and on the threads its
+ * work is handed to (autograd's workers, at::launch), by pushing the shim's reporter as the
+ * thread's profiler state.  The counters start at zero.  Returns 0, or -1 with a one-line
+ * message in err when a window is already open, or when the thread's profiler state is taken
+ * (torch.profiler or another tool is profiling on this thread); nothing changed then.  The
+ * counting path takes no lock and allocates nothing (relaxed atomics).  Never throws. */
+int xsp_torch_mem_begin(char *err, size_t errlen);
+
+/* Ends the window xsp_torch_mem_begin opened, on the same thread, and fills *out with its
+ * counts.  Returns 0; -1 with a message in err when no window is open, when called on another
+ * thread, or when another tool pushed a profiler state above ours and did not pop it (the
+ * window then stays open).  Never throws. */
+int xsp_torch_mem_end(xsp_torch_mem_counts *out, char *err, size_t errlen);
 
 /* The shim's functions as xsp._torch hands them to xsp._core (the capsule
  * XSP_TORCH_API_CAPSULE, xsp_api.h), so that a session attaches and detaches the callback in
