@@ -516,6 +516,21 @@ def layer_types(source):
     return g[cols].reset_index(drop=True)
 
 
+def redispatches(is_op, names, parent):
+    """torch.profiler's rule (EventList._remove_dup_nodes) as a mask: an op that is the only
+    child of an op of the same name (a redispatch to another overload) is one call with it,
+    not two.  is_op: bool per span; names: the span names (an array); parent: parent ids (-1
+    for roots).  True for the spans to merge into their parent."""
+    n = len(parent)
+    has_p = parent >= 0
+    kids = np.bincount(parent[has_p], minlength=n) if n else np.zeros(0, np.int64)
+    dup = np.zeros(n, dtype=bool)
+    pp = np.nonzero(has_p & is_op)[0]
+    q = parent[pp]
+    dup[pp] = is_op[q] & (names[q] == names[pp]) & (kids[q] == 1)
+    return dup
+
+
 def ops(source, by_shape=False, sort="self_ns", n=None):
     """The op table, like torch.profiler's key_averages: one row per op name (and per input
     shapes with by_shape, from an op's "shapes" attribute) over the ops in the iterations,
@@ -536,17 +551,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
         raise ValueError("this trace has no op input shapes (by_shape=True needs an op "
                          "attribute 'shapes')")
     sel = (src.kind == "op") & (src.iteration_of() >= 0)
-    # torch.profiler's rule (EventList._remove_dup_nodes): an op that is the only child of an
-    # op of the same name (a redispatch to another overload) is one call, not two
-    n_spans = len(src.df)
     par = src.parent
-    has_p = par >= 0
-    kids = np.bincount(par[has_p], minlength=n_spans) if n_spans else np.zeros(0, np.int64)
-    names = src.df["name"].to_numpy()
-    dup = np.zeros(n_spans, dtype=bool)
-    pp = np.nonzero(has_p & sel)[0]
-    q = par[pp]
-    dup[pp] = (src.kind[q] == "op") & (names[q] == names[pp]) & (kids[q] == 1)
+    dup = redispatches(src.kind == "op", src.df["name"].to_numpy(), par) & sel
     sel &= ~dup
     ids = np.nonzero(sel)[0]
     if not len(ids):

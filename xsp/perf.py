@@ -229,6 +229,7 @@ def _iteration_rows(m, run):
     copy_kind and bytes (memcpy spans)."""
     import numpy as np
     import pandas as pd
+    from .analysis import redispatches
     from .trace import KINDS
     frames = []
     mod = KINDS.index("module")
@@ -242,6 +243,9 @@ def _iteration_rows(m, run):
         leaf = is_mod.copy()
         leaf[up[is_mod & (up >= 0)]] = False
         cols["leaf"] = leaf
+        # an op's redispatch to another overload is one call with it, as torch.profiler counts
+        cols["redispatch"] = redispatches(t.kind_codes == KINDS.index("op"),
+                                          df["name"].to_numpy(), t.parent_ids)
         for key in ("copy_kind", "bytes"):
             ids, vals = t.attr_column(key)
             col = np.full(len(df), -1, dtype=np.int64)
@@ -302,6 +306,13 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     m_rows = _iteration_rows(m, "M")
     lat = m_rows[m_rows["kind"] == "step"].sort_values("iteration")["duration_ns"]
     latency = [float(v) for v in lat.to_numpy()]
+    # the step's mean in each run: the time of the layers and ops is a share of the step of
+    # their own run (the M run's latency has no recording of ops in it)
+    step_ns = {}
+    for run in runs:
+        rows = m_rows if run == "M" else _iteration_rows(m, run)
+        st = rows[rows["kind"] == "step"]["duration_ns"].to_numpy(np.float64)
+        step_ns[run] = float(st.mean()) if len(st) else None
     counts = {k: None for k in COUNTS}
     named = {"ops": {}, "kernels_by_name": {}}
     varying = {}
@@ -310,7 +321,7 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     if "ML" in runs:
         rows = _iteration_rows(m, "ML")
         ops = rows[rows["kind"] == "op"]
-        per_it = _per_iteration_counts(ops, n_it)
+        per_it = _per_iteration_counts(ops[~ops["redispatch"]], n_it)
         for k, v in per_it.items():
             named["ops"][k], spread = _pinned(v)
             if spread:
@@ -371,6 +382,7 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
         "schema": SCHEMA, "name": name, "levels": m.levels, "runs": list(runs),
         "repeat": m.repeat, "rounds": m.rounds, "warmup": m.warmup,
         "latency": {"samples_ns": latency, **stats(latency)},
+        "step_ns": step_ns,
         "leveled": [{k: (None if isinstance(v, float) and math.isnan(v) else v)
                      for k, v in r.items()} for r in m.overhead.to_dict("records")],
         "counts": counts, "named": named, "varying": varying, "unmeasured": why,
@@ -526,14 +538,14 @@ class Result:
         """Where the time goes (no baseline to say what grew): the largest leaf layers
         (forward) and ops (self time), per iteration."""
         out = []
-        mean = self.latency["mean_ns"]
+        mean = (self.data.get("step_ns") or {}).get("ML")
         for title, table in (("layers (forward)", self.data["times"]["layers"]),
                              ("ops (self time)", self.data["times"]["ops"])):
             rows = sorted(((sum(v) / len(v), k) for k, v in table.items() if v),
                           key=lambda x: -x[0])[:OFFENDERS]
             if rows:
                 out.append("  largest %s:" % title)
-                out.extend("    %-40s %12s  %5.1f%% of the latency" % (
+                out.extend("    %-40s %12s  %5.1f%% of the step (ML run)" % (
                     printable(k.replace("|", " (") + (")" if "|" in k else "")), fmt_ns(v),
                     100.0 * v / mean if mean else math.nan) for v, k in rows)
         return out

@@ -275,7 +275,8 @@ def _record(key, r, verdict, note):
             "median_ns": lat["median_ns"], "min_ns": lat["min_ns"], "max_ns": lat["max_ns"],
             "counts": dict(r.counts), "compile": r.compile,
             "baseline": verdict.summary() if verdict is not None else None,
-            "baseline_note": note, "budget": None, "failures": [], "files": []})
+            "baseline_note": note, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            "budget": None, "failures": [], "files": []})
 
 
 def _properties(item, label, r, record):

@@ -1,0 +1,377 @@
+"""The pytest plugin (xsp.pytest_plugin, docs/pytest.md), run the way users run it: pytest
+sessions of a small project made by pytest's own `pytester`.
+
+The inner sessions install the core's fake clock (every clock reading is the previous one plus
+a fixed step), so latencies are exact and have no spread: a run with a step of 20 ns is
+exactly twice as slow as one with 10 ns, and an unchanged run compares equal to its baseline.
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import xsp
+from xsp import perf
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = """
+import os
+import pytest
+import torch
+from xsp import _core
+
+torch.manual_seed(0)
+
+@pytest.fixture(autouse=True)
+def fake_clock():
+    step = int(os.environ.get("XSP_TEST_STEP", "0"))
+    if step:
+        _core.set_fake_clock(1000, step)
+    yield
+    _core.set_fake_clock(0, 0)
+"""
+
+PROJECT = """
+import os
+import pytest
+import torch
+import xsp
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+x = torch.randn(8, 16)
+
+def train_step():
+    y = model(x)
+    if os.environ.get("XSP_TEST_EXTRA_RELU"):
+        y = torch.relu(y)
+    y.sum().backward()
+
+def test_step(xsp_measure):
+    m = xsp_measure(train_step, levels="ML", repeat=4, warmup=1)
+    assert m.counts["ops_total"] > 0
+
+@pytest.mark.xsp(repeat=3)
+def test_marked(xsp_measure):
+    m = xsp_measure(train_step, warmup=1)
+    assert m.latency["n"] == 3
+"""
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_project=PROJECT)
+    monkeypatch.setenv("XSP_TEST_STEP", "10")
+    monkeypatch.delenv("XSP_TEST_EXTRA_RELU", raising=False)
+    return pytester
+
+
+def results(path):
+    with open(path) as f:
+        doc = json.load(f)
+    assert doc["schema"] == "xsp.pytest-results/1"
+    return {r["key"]: r for r in doc["results"]}
+
+
+def test_entry_point_is_registered():
+    from importlib.metadata import entry_points
+    eps = [e for e in entry_points(group="pytest11") if e.name == "xsp"]
+    assert [e.value for e in eps] == ["xsp.pytest_plugin"]
+
+
+def test_passing_tests_summary_json_and_junitxml(project):
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-json", "res.json",
+                          "--junitxml", "junit.xml")
+    r.assert_outcomes(passed=2)
+    res = results(project.path / "res.json")
+    assert sorted(res) == ["test_project.py::test_marked::train_step",
+                           "test_project.py::test_step::train_step"]
+    step = res["test_project.py::test_step::train_step"]
+    marked = res["test_project.py::test_marked::train_step"]
+    assert (step["iterations"], marked["iterations"]) == (4, 3)      # the marker's repeat
+    # the fake clock: every iteration takes the same time, so no spread
+    assert step["std_ns"] == 0.0 and step["min_ns"] == step["max_ns"] == step["mean_ns"]
+    assert step["mean_ns"] == marked["mean_ns"] > 0
+    assert step["counts"] == marked["counts"]
+    assert step["counts"]["graph_breaks"] == 0 and step["counts"]["kernels"] is None
+    assert step["outcome"] == "passed" and step["failures"] == [] and step["baseline"] is None
+    # the terminal summary: one row per measurement, latency and spread
+    text = r.stdout.str()
+    assert "xsp performance (2 measurements)" in text
+    row = [ln for ln in r.outlines if ln.startswith("test_project.py::test_step::train_step")]
+    assert len(row) == 1
+    assert xsp.report.fmt_ns(step["mean_ns"]) in row[0] and " 4 " in row[0]
+    # junitxml: the properties of each measurement
+    tree = ET.parse(str(project.path / "junit.xml"))
+    case = [c for c in tree.iter("testcase") if c.get("name") == "test_step"][0]
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["xsp.train_step.latency_ns"] == "%.0f" % step["mean_ns"]
+    assert props["xsp.train_step.latency_std_ns"] == "0"
+    assert props["xsp.train_step.iterations"] == "4"
+    assert props["xsp.train_step.ops_total"] == str(step["counts"]["ops_total"])
+    assert props["xsp.train_step.bytes_allocated"] == str(step["counts"]["bytes_allocated"])
+
+
+def test_failing_budget_names_the_offenders(project):
+    project.makepyfile(test_budget="""
+from test_project import train_step
+
+def test_budget(xsp_measure):
+    xsp_measure(train_step, repeat=3, warmup=1,
+                budget={"latency": "10 ns", "ops": {"aten::addmm": 1}})
+""")
+    r = project.runpytest("-p", "no:cacheprovider", "test_budget.py", "--xsp-json", "b.json")
+    r.assert_outcomes(failed=1)
+    rec = results(project.path / "b.json")["test_budget.py::test_budget::train_step"]
+    mean = rec["mean_ns"]
+    out = r.stdout.str()
+    assert "xsp: budget exceeded: train_step (levels ML, 3 iterations)" in out
+    assert ("latency %s ± 0 ns (3 iterations) is over the budget 10 ns by %s"
+            % (xsp.report.fmt_ns(mean), xsp.report.fmt_delta(mean - 10, 10))
+            in out)
+    assert "aten::addmm: 2 calls per iteration, budget 1 (+1)" in out
+    # no baseline: the offenders are where the time goes, largest first
+    assert "largest layers (forward):" in out and "largest ops (self time):" in out
+    assert re.search(r"^E\s+0 \(Linear\)\s+\S+ \S+\s+\d+\.\d% of the step \(ML run\)", out, re.M)
+    assert rec["budget"] == "exceeded" and rec["outcome"] == "failed"
+    assert rec["failures"][1] == "aten::addmm: 2 calls per iteration, budget 1 (+1)"
+    # the failure artifact: saved, its path printed, and it loads
+    saved = [ln.split(" (xsp summary")[0] for ln in r.outlines if "xsp-failures" in ln
+             and ln.endswith("(xsp summary / xsp report open it)")]
+    assert [os.path.splitext(p)[1] for p in saved] == [".json", ".xsp"]
+    assert len(xsp.load(saved[1])) > 0
+    assert perf.load(saved[0]).latency["mean_ns"] == mean
+
+
+def test_baseline_save_then_compare(project, monkeypatch):
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-save-baseline", "base")
+    r.assert_outcomes(passed=2)
+    files = sorted(os.listdir(project.path / "base"))
+    assert len(files) == 4 and [f[-5:] for f in files[::2]] == [".json", ".json"]
+    # unchanged: equal to its baseline, to the nanosecond
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "--xsp-json", "same.json")
+    r.assert_outcomes(passed=2)
+    for rec in results(project.path / "same.json").values():
+        assert rec["baseline"]["status"] == "ok"
+        assert rec["baseline"]["delta_ns"] == 0.0 and rec["baseline"]["count_changes"] == []
+    # slowed: the same ops, each clock reading twice as far apart
+    monkeypatch.setenv("XSP_TEST_STEP", "20")
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "--xsp-json", "slow.json")
+    r.assert_outcomes(failed=2)
+    rec = results(project.path / "slow.json")["test_project.py::test_step::train_step"]
+    assert rec["baseline"]["status"] == "regressed"
+    assert rec["baseline"]["delta_share"] == pytest.approx(1.0)
+    assert rec["baseline"]["count_changes"] == []
+    out = r.stdout.str()
+    assert "xsp: slower than its baseline: train_step" in out
+    assert "(+100.0%), beyond the noise (0 ns) and the threshold (5%)" in out
+    assert "slower than the baseline beyond their noise (per iteration):" in out
+    assert re.search(r"layer 0 \(Linear\)\s+\S+ \S+ -> \S+ \S+\s+\+\S+ \S+ \(\+100\.0%\)", out)
+    # ... unless the threshold allows it
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "--xsp-threshold", "150")
+    r.assert_outcomes(passed=2)
+    # a changed op count fails, even at the same speed per op
+    monkeypatch.setenv("XSP_TEST_STEP", "10")
+    monkeypatch.setenv("XSP_TEST_EXTRA_RELU", "1")
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "--xsp-threshold", "1000", "--xsp-json", "ops.json")
+    r.assert_outcomes(failed=2)
+    rec = results(project.path / "ops.json")["test_project.py::test_step::train_step"]
+    assert rec["baseline"]["status"] == "counts changed"
+    changes = {c["what"]: (c["before"], c["after"]) for c in rec["baseline"]["count_changes"]}
+    assert changes["op aten::relu"] == (1, 2) and changes["op aten::clamp_min"] == (1, 2)
+    assert changes["ops"][0] != changes["ops"][1]       # the total, which the extra op changed
+    assert "xsp: changed from its baseline: train_step" in r.stdout.str()
+    assert "op aten::relu: 1 -> 2 per iteration (+1)" in r.stdout.str()
+    # ... unless an allowance covers it
+    project.makeini("[pytest]\nxsp_threshold = 1000\n")
+    project.makepyfile(test_allow="""
+import pytest
+from test_project import train_step
+
+@pytest.mark.xsp(allow={"ops": 2, "ops_total": 3, "bytes_allocated": "100%",
+                        "allocations": 1})
+def test_step(xsp_measure):
+    xsp_measure(train_step, levels="ML", repeat=4, warmup=1)
+""")
+    # the allowance test has its own node id: give it test_step's baseline
+    key = "test_allow.py::test_step::train_step"
+    from xsp.pytest_plugin import _file_name
+    shutil.copy(project.path / "base" / [f for f in files if "test_step" in f][0],
+                project.path / "base" / (_file_name(key) + ".json"))
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base", "test_allow.py")
+    r.assert_outcomes(passed=1)
+
+
+def test_no_baseline_is_new_and_bad_directory_is_a_usage_error(project):
+    os.mkdir(project.path / "empty")
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "empty",
+                          "--xsp-json", "n.json")
+    r.assert_outcomes(passed=2)
+    for rec in results(project.path / "n.json").values():
+        assert rec["baseline"] is None and rec["baseline_note"] == "no baseline in empty"
+    assert re.search(r"train_step .* new$", r.stdout.str(), re.M)
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "nowhere")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--xsp-baseline: nowhere is not a directory" in r.stderr.str()
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-threshold", "fast")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "must be a percentage >= 0, not 'fast'" in r.stderr.str()
+
+
+def test_hostile_baseline_files_name_file_and_offset(project):
+    project.runpytest("-p", "no:cacheprovider", "--xsp-save-baseline", "base",
+                      "test_project.py::test_step").assert_outcomes(passed=1)
+    path = [p for p in (project.path / "base").iterdir() if p.suffix == ".json"][0]
+    good = path.read_bytes()
+    path.write_bytes(good[:100])
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "test_project.py::test_step")
+    r.assert_outcomes(failed=1)
+    assert re.search(r"BaselineError: .*%s: byte \d+: malformed JSON" % re.escape(path.name),
+                     r.stdout.str())
+    doc = json.loads(good)
+    doc["counts"]["ops_total"] = "many"
+    path.write_text(json.dumps(doc))
+    r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
+                          "test_project.py::test_step")
+    r.assert_outcomes(failed=1)
+    assert "not an xsp.perf result: counts.ops_total is not an int or null" in r.stdout.str()
+
+
+def test_profile_fixture_saves_on_failure_and_with_save(project):
+    project.makepyfile(test_prof="""
+from test_project import train_step, model, x
+
+def test_fails(xsp_profile):
+    with xsp_profile(levels="ML") as prof:
+        train_step()
+    assert len(prof.trace) == 0, "deliberate"
+
+def test_passes(xsp_profile):
+    with xsp_profile() as prof:
+        model(x)
+    assert prof.trace.meta["levels"] == "ML"
+""")
+    r = project.runpytest("-p", "no:cacheprovider", "test_prof.py")
+    r.assert_outcomes(failed=1, passed=1)
+    saved = [ln.split(" (xsp summary")[0] for ln in r.outlines
+             if ln.endswith("(xsp summary / xsp report open it)")]
+    assert len(saved) == 1 and "test_prof.py_test_fails_profile0" in saved[0]
+    tr = xsp.load(saved[0])
+    assert "Sequential" in [s.name for s in tr] and tr.meta["levels"] == "ML"
+    r = project.runpytest("-p", "no:cacheprovider", "test_prof.py", "--xsp-save", "all")
+    r.assert_outcomes(failed=1, passed=1)
+    names = sorted(os.listdir(project.path / "all"))
+    assert len(names) == 2 and names[0].startswith("test_prof.py_test_fails_profile0-")
+    assert names[1].startswith("test_prof.py_test_passes_profile0-")
+
+
+def test_profile_left_open_fails_and_the_next_test_is_not_affected(project):
+    project.makepyfile(test_leak="""
+import xsp
+from test_project import train_step
+
+def test_leaks():
+    prof = xsp.profile(levels="ML")
+    prof.start()
+    train_step()
+
+def test_next(xsp_profile):
+    with xsp_profile() as prof:
+        train_step()
+    assert len(prof.trace) > 0
+""")
+    r = project.runpytest("-p", "no:cacheprovider", "test_leak.py")
+    r.assert_outcomes(failed=1, passed=1)
+    out = r.stdout.str()
+    assert ("test_leak.py::test_leaks left an xsp profile recording (<xsp.profile levels=ML "
+            "recording>, made at %s:5): xsp stopped it so that the next test is not affected"
+            % (project.path / "test_leak.py")) in out
+    assert xsp._core.active_session() is None
+
+
+def test_marker_misuse_is_a_clear_error(project):
+    project.makepyfile(test_bad="""
+import pytest
+from test_project import train_step
+
+@pytest.mark.xsp(repaet=3)
+def test_typo(xsp_measure):
+    xsp_measure(train_step)
+""")
+    r = project.runpytest("-p", "no:cacheprovider", "test_bad.py")
+    assert "unknown @pytest.mark.xsp option 'repaet'; options: threshold, levels" in \
+        r.stdout.str() + r.stderr.str()
+
+
+def test_plugin_off_with_p_no_xsp(project):
+    r = project.runpytest("-p", "no:cacheprovider", "-p", "no:xsp", "test_project.py")
+    r.assert_outcomes(errors=2)
+    assert "fixture 'xsp_measure' not found" in r.stdout.str()
+    r = project.runpytest("-p", "no:cacheprovider", "-p", "no:xsp", "--xsp-save", "d")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unrecognized arguments: --xsp-save" in r.stderr.str()
+
+
+def test_xdist_two_workers(project):
+    if os.environ.get("XSP_TEST_TOOLS") != "1":
+        pytest.importorskip("xdist", reason="pytest-xdist is a test tool (make test installs it)")
+    project.makepyfile(test_more="""
+import os
+from test_project import train_step
+
+def test_a(xsp_measure):
+    xsp_measure(train_step, repeat=3, warmup=1)
+
+def test_b(xsp_measure):
+    xsp_measure(train_step, repeat=3, warmup=1)
+
+def test_c(xsp_profile):
+    with xsp_profile() as prof:
+        train_step()
+    assert len(prof.trace) > 0
+""")
+    r = project.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--xsp-json",
+                                     "x.json", "--xsp-save-baseline", "base")
+    r.assert_outcomes(passed=5)
+    assert "2 workers" in r.stdout.str()
+    res = results(project.path / "x.json")
+    assert len(res) == 4
+    assert set(rec["worker"] for rec in res.values()) == {"gw0", "gw1"}
+    assert len([p for p in os.listdir(project.path / "base") if p.endswith(".json")]) == 4
+    assert "xsp performance (4 measurements)" in r.stdout.str()
+    # and the baselines written by two workers compare under two workers
+    r = project.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--xsp-baseline",
+                                     "base", "--xsp-json", "y.json")
+    r.assert_outcomes(passed=5)
+    assert set(rec["baseline"]["status"] for rec in results(project.path / "y.json").values()) \
+        == {"ok"}
+
+
+def test_two_measurements_in_one_test_are_kept_apart(project):
+    project.makepyfile(test_two="""
+from test_project import train_step, model, x
+
+def forward():
+    model(x)
+
+def test_two(xsp_measure):
+    a = xsp_measure(train_step, repeat=3, warmup=1)
+    b = xsp_measure(forward, repeat=3, warmup=1)
+    c = xsp_measure(forward, repeat=3, warmup=1)
+    assert a.counts["ops_total"] > b.counts["ops_total"] == c.counts["ops_total"]
+""")
+    r = project.runpytest("-p", "no:cacheprovider", "test_two.py", "--xsp-json", "t.json")
+    r.assert_outcomes(passed=1)
+    assert sorted(results(project.path / "t.json")) == [
+        "test_two.py::test_two::forward", "test_two.py::test_two::forward#2",
+        "test_two.py::test_two::train_step"]
