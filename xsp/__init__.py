@@ -10,7 +10,8 @@ Leveled measurement (each level's latency from the shallowest run that sees it):
     print(m.report())
 Analyses (DataFrames) are in xsp.analysis, reports in xsp.report (xsp.report.text(trace),
 xsp.report.html(trace, path)), the Chrome trace export in xsp.chrome (xsp.chrome.write(trace,
-path)); the command line is `xsp`.
+path)); performance tests in xsp.perf and the pytest plugin (docs/pytest.md); the command line
+is `xsp`.
 
 Levels: M (model: the profiled block, each top-level model call, steps), L (layer: nn.Module
 forwards and the aten ops, autograd backward functions and record_function scopes inside them),
@@ -38,6 +39,7 @@ __all__ = [
     "analysis",
     "chrome",
     "report",
+    "perf",
     "Trace",
     "Span",
     "load",
@@ -57,7 +59,7 @@ __all__ = [
 # Loaded on first use, so that `import xsp` stays light (pandas and matplotlib load then).
 _LAZY = {"measure": ("leveled", "measure"), "sweep": ("leveled", "sweep"),
          "Measurement": ("leveled", "Measurement"), "analysis": ("analysis", None),
-         "chrome": ("chrome", None), "report": ("report", None)}
+         "chrome": ("chrome", None), "report": ("report", None), "perf": ("perf", None)}
 
 
 def __getattr__(name):

@@ -178,12 +178,12 @@ def xsp_profile(request):
     Arguments as xsp.profile's (levels defaults to the xsp marker's, else "ML").  The traces
     are saved, and their paths printed in the failure report, when the test fails or when
     --xsp-save is given."""
-    import xsp
+    from .profiler import profile
     opts = _marker_options(request.node)
     st = _item_state(request.node)
 
     def make(levels=None, **kwargs):
-        prof = xsp.profile(levels=levels or opts.get("levels") or DEFAULTS["levels"], **kwargs)
+        prof = profile(levels=levels or opts.get("levels") or DEFAULTS["levels"], **kwargs)
         st.profiles.append(("profile%d" % len(st.profiles), prof))
         return prof
     return make
@@ -342,7 +342,8 @@ def pytest_runtest_makereport(item, call):
     where = cfg.save
     if where is None and rep.failed:
         where = os.path.join(str(item.config._tmp_path_factory.getbasetemp()), "xsp-failures") \
-            if hasattr(item.config, "_tmp_path_factory") else ".xsp-failures"
+            if hasattr(item.config, "_tmp_path_factory") else \
+            os.path.join(str(item.config.rootpath), ".xsp-failures")
     saved = []
     if where is not None:
         os.makedirs(where, exist_ok=True)
@@ -367,7 +368,9 @@ def pytest_runtest_makereport(item, call):
                 saved.append(base + ".xsp")
     if saved:
         rep.sections.append(("xsp: saved", "\n".join(
-            ["%s (xsp summary / xsp report open it)" % p for p in saved])))
+            ["%s (%s)" % (p, "a trace: xsp summary, xsp report and xsp.load open it"
+                          if p.endswith(".xsp") else "the measurement: xsp.perf.load reads it")
+             for p in saved])))
         for i, p in enumerate(saved):
             item.user_properties.append(("xsp.file%d" % i, p))
     rep.xsp_results = [record for _, _, _, record in st.results]

@@ -162,4 +162,4 @@ def test_the_production_shim_has_no_benchmark_code():
     shim every user loads."""
     import xsp._torch
     assert [n for n in dir(xsp._torch) if not n.startswith("__")] == [
-        "_C_API", "attach", "attached", "detach", "torch_version"]
+        "_C_API", "attach", "attached", "detach", "mem_begin", "mem_end", "torch_version"]

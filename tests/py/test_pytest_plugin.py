@@ -141,8 +141,8 @@ def test_budget(xsp_measure):
     assert rec["budget"] == "exceeded" and rec["outcome"] == "failed"
     assert rec["failures"][1] == "aten::addmm: 2 calls per iteration, budget 1 (+1)"
     # the failure artifact: saved, its path printed, and it loads
-    saved = [ln.split(" (xsp summary")[0] for ln in r.outlines if "xsp-failures" in ln
-             and ln.endswith("(xsp summary / xsp report open it)")]
+    saved = [ln.split(" (")[0] for ln in r.outlines if "xsp-failures" in ln
+             and ln.endswith(" open it)") or ln.endswith(" reads it)")]
     assert [os.path.splitext(p)[1] for p in saved] == [".json", ".xsp"]
     assert len(xsp.load(saved[1])) > 0
     assert perf.load(saved[0]).latency["mean_ns"] == mean
@@ -263,8 +263,8 @@ def test_passes(xsp_profile):
 """)
     r = project.runpytest("-p", "no:cacheprovider", "test_prof.py")
     r.assert_outcomes(failed=1, passed=1)
-    saved = [ln.split(" (xsp summary")[0] for ln in r.outlines
-             if ln.endswith("(xsp summary / xsp report open it)")]
+    saved = [ln.split(" (")[0] for ln in r.outlines
+             if ln.endswith("(a trace: xsp summary, xsp report and xsp.load open it)")]
     assert len(saved) == 1 and "test_prof.py_test_fails_profile0" in saved[0]
     tr = xsp.load(saved[0])
     assert "Sequential" in [s.name for s in tr] and tr.meta["levels"] == "ML"
@@ -375,3 +375,26 @@ def test_two(xsp_measure):
     assert sorted(results(project.path / "t.json")) == [
         "test_two.py::test_two::forward", "test_two.py::test_two::forward#2",
         "test_two.py::test_two::train_step"]
+
+
+def test_marker_on_the_class_and_the_closest_wins(project):
+    project.makepyfile(test_cls="""
+import pytest
+from test_project import train_step
+
+@pytest.mark.xsp(repeat=2, levels="M")
+class TestSteps:
+    def test_class_options(self, xsp_measure):
+        m = xsp_measure(train_step, warmup=0)
+        assert (m.latency["n"], m.data["levels"], m.counts["ops_total"]) == (2, "M", None)
+
+    @pytest.mark.xsp(repeat=3)
+    def test_closest(self, xsp_measure):
+        m = xsp_measure(train_step, warmup=0)
+        assert (m.latency["n"], m.data["levels"]) == (3, "M")
+
+    def test_argument_wins(self, xsp_measure):
+        m = xsp_measure(train_step, levels="ML", repeat=4, warmup=0)
+        assert (m.latency["n"], m.data["levels"]) == (4, "ML")
+""")
+    project.runpytest("-p", "no:cacheprovider", "test_cls.py").assert_outcomes(passed=3)
