@@ -334,6 +334,8 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
             varying["ops_total"] = spread
         leaf = rows[rows["leaf"]]
         times["layers"] = _per_iteration_sums(leaf, ["name", "type"], "duration_ns", n_it)
+        times["modules"] = _per_iteration_sums(rows[rows["kind"] == "module"],
+                                               ["name", "type"], "duration_ns", n_it)
         times["ops"] = _per_iteration_sums(ops, ["name"], "self_ns", n_it)
     else:
         why["ops"] = "level L not measured"
@@ -441,11 +443,13 @@ class Result:
         return self.measurement.trace if self.measurement is not None else None
 
     # -- budgets --------------------------------------------------------------------------
-    def check(self, *, latency=None, ops=None, kernels=None, **limits):
+    def check(self, *, latency=None, layers=None, ops=None, kernels=None, **limits):
         """Raises BudgetExceeded, naming the offenders, when a budget is exceeded; returns
         self otherwise.  Every budget is an upper bound per iteration:
           latency: a duration ('2 ms', or seconds); fails only when the mean latency is above
               it by more than its noise (NOISE_K standard errors), never on one sample;
+          layers: {qualified module name: duration}: the module's forward time per iteration
+              (all its calls, at level L from the ML run), with the same noise rule;
           ops: an int (all ops) or {op name: calls}; kernels: an int (all launches) or
               {kernel name: launches};
           copies, copies_htod, copies_dtoh, syncs, allocations, graph_breaks, recompiles: ints;
@@ -468,6 +472,30 @@ class Result:
                                                (lat["mean_ns"] - budget) / budget),
                                     fmt_ns(noise)))
                 details.extend(self._top_lines())
+        for name, value in (layers or {}).items():
+            budget = parse_duration(value, "the budget of layer %r" % (name,))
+            table = self.data["times"].get("modules") or {}
+            keys = [k for k in table if k.split("|")[0] == name]
+            if "ML" not in self.data["runs"]:
+                failures.append("layer %s budget cannot be checked: level L not measured"
+                                % name)
+                continue
+            if not keys:
+                failures.append("layer %s: no module of that name ran (modules: %s)" % (
+                    name, ", ".join(sorted(set(k.split("|")[0] for k in table))[:12]) or
+                    "none"))
+                continue
+            samples = [sum(v) for v in zip(*(table[k] for k in keys))]
+            st = stats(samples)
+            se = st["std_ns"] / math.sqrt(st["n"]) if st["n"] > 1 else math.nan
+            noise = NOISE_K * se
+            if st["mean_ns"] > budget and not (st["mean_ns"] - budget <= noise):
+                failures.append("layer %s: %s ± %s per iteration is over the budget %s by %s, "
+                                "beyond its noise (%s)" % (
+                                    name, fmt_ns(st["mean_ns"]), fmt_ns(st["std_ns"]),
+                                    fmt_ns(budget), fmt_signed(st["mean_ns"] - budget,
+                                                               (st["mean_ns"] - budget) / budget),
+                                    fmt_ns(noise)))
         for key, value, named_key, total_key in (("ops", ops, "ops", "ops_total"),
                                                  ("kernels", kernels, "kernels_by_name",
                                                   "kernels")):
@@ -496,7 +524,7 @@ class Result:
                             have.items(), key=lambda x: (-x[1], x[0]))[:OFFENDERS]))
         for key, value in limits.items():
             if key not in COUNT_WHAT or key == "ops_total":
-                raise TypeError("check() got an unknown budget %r; budgets: latency, ops, "
+                raise TypeError("check() got an unknown budget %r; budgets: latency, layers, ops, "
                                 "kernels, %s" % (key, ", ".join(
                                     k for k in COUNTS if k not in ("ops_total", "kernels"))))
             if value is None:
@@ -644,8 +672,8 @@ def from_dict(data, path=None):
         if not isinstance(d, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                               for v in d.values()):
             bad("named.%s" % k, "is not an object of ints")
-    for k in ("layers", "ops", "kernels"):
-        d = data["times"].get(k)
+    for k in ("layers", "ops", "kernels", "modules"):
+        d = data["times"].get(k, {} if k == "modules" else None)
         if not isinstance(d, dict) or not all(
                 isinstance(v, list) and all(isinstance(x, (int, float)) and
                                             not isinstance(x, bool) for x in v)

@@ -331,3 +331,21 @@ def test_hostile_fields(tmp_path):
         with pytest.raises(perf.BaselineError) as e:
             perf.load(str(p))
         assert e.value.field == field, field
+
+
+def test_layer_budgets():
+    step = mlp()
+    r = perf.measure(step, levels="ML", repeat=3, warmup=1, count_memory=False)
+    mods = r.data["times"]["modules"]
+    assert sorted(mods) == ["0|Linear", "1|ReLU", "2|Linear"]
+    fc = mods["0|Linear"]
+    r.check(layers={"0": "1 s"})
+    with pytest.raises(perf.BudgetExceeded) as e:
+        r.check(layers={"0": "1 ns", "enc": "1 ms"})
+    assert e.value.failures[0].startswith("layer 0: %s ± " % xsp.report.fmt_ns(np.mean(fc)))
+    assert "is over the budget 1 ns by" in e.value.failures[0]
+    assert e.value.failures[1] == "layer enc: no module of that name ran (modules: 0, 1, 2)"
+    m_only = perf.measure(step, levels="M", repeat=2, warmup=0, count_memory=False)
+    with pytest.raises(perf.BudgetExceeded, match="layer 0 budget cannot be checked: level L "
+                                                  "not measured"):
+        m_only.check(layers={"0": "1 ms"})
