@@ -25,7 +25,7 @@ from .errors import (GPUError, LevelUnavailableError, ProfilerError, SessionActi
                      XSPWarning)
 from .levels import parse_levels
 from .profiler import profile, schedule, step
-from .trace import Span, Trace, load
+from .trace import Span, Trace, load, load_kineto
 
 from ._version import __version__
 
@@ -43,6 +43,7 @@ __all__ = [
     "Trace",
     "Span",
     "load",
+    "load_kineto",
     "parse_levels",
     "TraceFormatError",
     "ProfilerError",

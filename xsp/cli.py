@@ -78,10 +78,12 @@ def _parser():
                    help="the whole trace, every span, no line limit, no folding (with "
                         "--tree DEPTH: down to DEPTH)")
 
-    e = sub.add_parser("export", help="convert a saved trace (Chrome trace JSON)")
+    e = sub.add_parser("export", help="convert a saved trace: Chrome trace JSON (Perfetto "
+                       "first), or Kineto's JSON (torch.profiler's, for HTA and TensorBoard)")
     e.add_argument("trace")
-    e.add_argument("-o", "--output", required=True, help="file to write")
-    e.add_argument("--format", choices=["chrome"], default="chrome")
+    e.add_argument("-o", "--output", required=True, help="file to write (.gz: compressed, "
+                   "kineto only)")
+    e.add_argument("--format", choices=["chrome", "kineto"], default="chrome")
 
     h = sub.add_parser("report", help="write the self-contained HTML report of a saved trace")
     h.add_argument("trace")
@@ -100,9 +102,11 @@ def _parser():
 
 
 def _load(path):
-    from . import TraceFormatError, load
+    """An .xsp file, or a torch.profiler (Kineto JSON) trace."""
+    from . import TraceFormatError
+    from .trace import load_any
     try:
-        return load(path)
+        return load_any(path)
     except TraceFormatError as exc:
         raise _Fail(str(exc).replace("\n", " ")) from None
     except OSError as exc:
@@ -362,7 +366,10 @@ def _summary(ns):
 def _export(ns):
     from . import chrome
     trace = _load(ns.trace)
-    _write("Chrome trace", lambda p: chrome.write(trace, p), ns.output)
+    if ns.format == "kineto":
+        _write("Kineto trace", trace.to_kineto, ns.output)
+    else:
+        _write("Chrome trace", lambda p: chrome.write(trace, p), ns.output)
     return 0
 
 

@@ -263,6 +263,7 @@ def _events_text(trace, base_ns):
             args["External id"] = ext[i]
             if k != "model" and k != "module":
                 args["Record function id"] = 0
+                args["Ev Idx"] = ext[i] - 1
             seq = a.get("seq")
             if isinstance(seq, int) and seq >= 0 and k in ("op", "backward"):
                 args["Sequence number"] = seq
@@ -369,12 +370,16 @@ def _fail(path, msg, offset=None, index=None):
 
 def _ns(v, what, path, i):
     """A ts or dur (µs, a Decimal or an int from the parser) as integer ns."""
-    if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal)):
+    if isinstance(v, float) and not math.isfinite(v):
+        raise _fail(path, "%s %s is not a finite number" % (what, v), index=i)
+    if isinstance(v, bool) or not isinstance(v, (int, float, decimal.Decimal)):
         raise _fail(path, "%s must be a number, not %s" % (what, type(v).__name__), index=i)
     try:
         ns = int((decimal.Decimal(v) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
     except (decimal.InvalidOperation, OverflowError, ValueError):
-        raise _fail(path, "%s %r is not a finite number" % (what, v), index=i) from None
+        raise _fail(path, "%s %s is not a finite number" % (what, v), index=i) from None
+    if not -2 ** 63 < ns < 2 ** 63:
+        raise _fail(path, "%s %s is out of range (more than 2**63 ns)" % (what, v), index=i)
     return ns
 
 
@@ -435,8 +440,10 @@ def read(path):
 
 def _build(path, doc):
     events = doc["traceEvents"]
-    counters = {"kineto.events": len(events), "kineto.skipped": 0, "kineto.unattributed": 0,
-                "kineto.clamped": 0, "kineto.overlaps": 0, "kineto.flows": 0}
+    # counters: what was not read as recorded (never silently); informative totals go in meta
+    counters = {"kineto.skipped": 0, "kineto.unattributed": 0, "kineto.clamped": 0,
+                "kineto.overlaps": 0}
+    flows = 0
     thread_names = {}
     xs = []                 # (index, event)
     for i, e in enumerate(events):
@@ -449,7 +456,7 @@ def _build(path, doc):
                     e["args"].get("name", ""))
             continue
         if ph in ("s", "f", "t"):
-            counters["kineto.flows"] += 1
+            flows += 1
             continue
         if ph != "X":
             counters["kineto.skipped"] += 1
@@ -662,6 +669,7 @@ def _build(path, doc):
     levels = "M" + ("L" if any(r["kind"] not in ("region", "step", "model") for r in cpu)
                     else "") + ("G" if gpu else "")
     meta = {"levels": levels, "source": "kineto", "kineto.path": os.path.abspath(path),
+            "kineto.events": len(events), "kineto.flows": flows,
             "kineto.baseTimeNanoseconds": base,
             "steps": sum(1 for r in cpu if r["kind"] == "step"),
             "region": region["name"]}

@@ -21,6 +21,7 @@ import itertools
 import numpy as np
 
 from . import _core
+from . import kineto as _kineto
 from ._util import fmt_ns as _fmt_ns
 from ._util import printable as _printable
 from .levels import LEVEL_NAMES as _LEVEL_NAMES
@@ -45,6 +46,25 @@ def load(path):
     """Reads a trace written by Trace.save. Raises xsp.TraceFormatError (with .offset) for a
     truncated, corrupt or foreign file, OSError when it cannot be read."""
     return Trace(_core.load(path))
+
+
+def load_kineto(path):
+    """Reads a trace that torch.profiler wrote (export_chrome_trace: Kineto's JSON, .json or
+    .json.gz) into an xsp.Trace: the tree rebuilt per thread by time, kernels tied to their
+    ops by correlation id, every event's args kept as attributes "k.<arg>" (docs/format.md,
+    "Kineto's JSON").  Raises xsp.TraceFormatError (.path; .offset for malformed JSON,
+    .event for a malformed event) and OSError."""
+    return Trace(_kineto.read(path))
+
+
+def load_any(path):
+    """load() for an .xsp file, load_kineto() for JSON (a file whose first non-blank byte is
+    '{', or gzip-compressed)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{":
+        return load_kineto(path)
+    return load(path)
 
 
 # -- walks over a parent array (any span table: a Trace's, a Measurement's, a DataFrame's) ------
@@ -449,6 +469,13 @@ class Trace:
     def save(self, path):
         """Writes the compact .xsp file (msgpack; docs/format.md). Raises OSError on failure."""
         self._data.save(str(path) if not isinstance(path, (str, bytes)) else path)
+
+    def to_kineto(self, path):
+        """Writes the trace as Kineto's JSON, the format of torch.profiler's
+        export_chrome_trace, which HTA, TensorBoard's profiler plugin, Perfetto and
+        chrome://tracing read (xsp.kineto.write; docs/format.md).  A path ending in .gz is
+        compressed.  Returns path; OSError on failure."""
+        return _kineto.write(self, path)
 
     def to_bytes(self):
         """The .xsp file's bytes."""

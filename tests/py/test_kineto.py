@@ -1,0 +1,424 @@
+"""Kineto's JSON (xsp/kineto.py): xsp's export checked field by field against torch.profiler's
+own trace of the same workload and loaded by the real tools (HTA, TensorBoard's profiler
+plugin), torch.profiler traces read into xsp traces, the round trip, and hostile files.
+
+HTA and torch-tb-profiler are test tools (`make test` installs them, pinned); without
+XSP_TEST_TOOLS=1 the tests that need them skip, with it they fail when missing."""
+import collections
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import xsp
+from xsp import analysis
+
+STEPS = 4
+TOOLS = os.environ.get("XSP_TEST_TOOLS") == "1"
+
+
+def tool(name):
+    if TOOLS:
+        return __import__(name)
+    return pytest.importorskip(name, reason="%s is a test tool (make test installs it)" % name)
+
+
+def workload():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+
+    def step():
+        opt.zero_grad()
+        with torch.profiler.record_function("forward"):
+            y = m(x)
+        y.sum().backward()
+        opt.step()
+    step()
+    return step
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """(torch.profiler's trace path, xsp's Kineto export path, the xsp Trace): the same
+    workload, STEPS steps each."""
+    d = tmp_path_factory.mktemp("kineto")
+    step = workload()
+    torch_path = str(d / "torch.pt.trace.json")
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=STEPS)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=sched,
+                                on_trace_ready=lambda p: p.export_chrome_trace(torch_path)) as p:
+        for _ in range(STEPS + 1):
+            step()
+            p.step()
+    with xsp.profile(levels="ML") as prof:
+        for _ in range(STEPS):
+            step()
+            prof.step()
+    xsp_path = str(d / "xsp.pt.trace.json")
+    assert prof.trace.to_kineto(xsp_path) == xsp_path
+    return torch_path, xsp_path, prof.trace
+
+
+def events(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cpu_op_counts(doc, steps_only=True):
+    ev = doc["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev
+             if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+    return collections.Counter(e["name"] for e in ev if e.get("cat") == "cpu_op" and (
+        not steps_only or any(a <= e["ts"] <= b for a, b in steps)))
+
+
+# -- the export, field by field -------------------------------------------------------------
+def test_top_level_keys_and_process_and_thread_names(traces):
+    torch_path, xsp_path, tr = traces
+    ours, theirs = events(xsp_path), events(torch_path)
+    keys = list(theirs)
+    assert keys == ["schemaVersion", "deviceProperties", "trace_id", "host_name",
+                    "displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"]
+    assert [k for k in ours if k in keys] == keys
+    assert ours["schemaVersion"] == 1 and ours["deviceProperties"] == []
+    assert ours["displayTimeUnit"] == "ms" and ours["baseTimeNanoseconds"] == 0
+    assert ours["xsp"]["meta"]["levels"] == "ML" and ours["xsp"]["counters"] == tr.counters
+    meta_ev = {e["name"] for e in theirs["traceEvents"] if e["ph"] == "M"}
+    assert meta_ev <= {e["name"] for e in ours["traceEvents"] if e["ph"] == "M"}
+    pid = tr.meta["pid"]
+    name = [e for e in ours["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert name == [{"ts": name[0]["ts"], "ph": "M", "name": "thread_name", "pid": pid,
+                     "tid": tr.threads[0][0],
+                     "args": {"name": "thread %d (MainThread)" % tr.threads[0][0]}}]
+
+
+def test_timestamps_are_microseconds_with_the_nanoseconds(traces):
+    _, xsp_path, tr = traces
+    with open(xsp_path) as f:
+        raw = f.read()
+    stamps = re.findall(r'"(ts|dur)": (-?[0-9.]+)', raw)
+    assert stamps and all(re.fullmatch(r"-?\d+\.\d{3}", v) for _, v in stamps)
+    xs = [e for e in json.loads(raw)["traceEvents"] if e["ph"] == "X"]
+    by_id = {e["args"]["xsp.id"]: e for e in xs}
+    for s in list(tr)[:50]:
+        e = by_id[s.id]
+        assert round(e["ts"] * 1000) == s.start_ns and round(e["dur"] * 1000) == s.duration_ns
+
+
+def test_events_match_torch_profiler_s(traces):
+    torch_path, xsp_path, tr = traces
+    ours, theirs = events(xsp_path), events(torch_path)
+    # the same ops, per name, in the steps
+    assert cpu_op_counts(ours) == cpu_op_counts(theirs)
+    # steps and scopes: ProfilerStep#N, the optimizer's and the user's record_function
+    ann = [e["name"] for e in ours["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert [a for a in ann if a.startswith("ProfilerStep#")] == [
+        "ProfilerStep#%d" % i for i in range(STEPS)]
+    rest = collections.Counter(a for a in ann if not a.startswith("ProfilerStep#"))
+    theirs_rest = collections.Counter(e["name"] for e in theirs["traceEvents"] if e.get(
+        "cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#"))
+    assert rest == theirs_rest == {"Optimizer.zero_grad#SGD.zero_grad": STEPS,
+                                   "Optimizer.step#SGD.step": STEPS, "forward": STEPS}
+    # the args torch writes on cpu ops, where xsp has them
+    for e in ours["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            assert {"External id", "Record function id", "Ev Idx"} <= set(e["args"])
+            assert ("Sequence number" in e["args"]) == ("Fwd thread id" in e["args"])
+    # backward functions with their forward thread, as torch writes them
+    bw = [e for e in ours["traceEvents"] if e.get("args", {}).get("xsp.kind") == "backward"]
+    linked = [e for e in bw if "xsp.fwd_op" in e["args"]]
+    assert linked and all(e["cat"] == "cpu_op" and e["args"]["Fwd thread id"] == 1
+                          for e in linked)
+    # AccumulateGrad has no sequence number: neither arg, as torch writes it
+    acc = [e for e in bw if e["name"] == "torch::autograd::AccumulateGrad"]
+    assert acc and all("Sequence number" not in e["args"] for e in acc)
+    # fwdbwd flows: one per backward function linked to its forward op, as many as torch's
+    fl = collections.Counter((e["ph"], e["cat"]) for e in ours["traceEvents"]
+                             if e.get("cat") == "fwdbwd")
+    tfl = collections.Counter((e["ph"], e["cat"]) for e in theirs["traceEvents"]
+                              if e.get("cat") == "fwdbwd")
+    assert fl == tfl and fl[("s", "fwdbwd")] > 0
+    # every flow's two ends sit on the starts of the forward op and the backward function
+    xs = {(e["tid"], e["ts"]): e for e in ours["traceEvents"] if e["ph"] == "X"}
+    for e in ours["traceEvents"]:
+        if e.get("cat") == "fwdbwd":
+            at = xs[(e["tid"], e["ts"])]["args"]["xsp.kind"]
+            assert at == ("op" if e["ph"] == "s" else "backward")
+
+
+def test_modules_are_python_function_events(traces):
+    _, xsp_path, tr = traces
+    mods = [e for e in events(xsp_path)["traceEvents"] if e.get("cat") == "python_function"]
+    assert [e["name"] for e in mods[:4]] == ["nn.Module: Sequential_0", "nn.Module: Linear_0",
+                                           "nn.Module: ReLU_0", "nn.Module: Linear_1"]
+    assert [e["args"]["xsp.module"] for e in mods[:4]] == ["Sequential", "0", "1", "2"]
+    top = mods[0]["args"]["Python id"]
+    assert mods[0]["args"]["Python parent id"] is None
+    assert [e["args"]["Python parent id"] for e in mods[1:4]] == [top] * 3
+    assert len({e["args"]["Python module id"] for e in mods}) == 4
+
+
+# -- the real tools ---------------------------------------------------------------------------
+HTA_METHODS = ["get_comm_comp_overlap", "get_cuda_kernel_launch_stats",
+               "get_gpu_kernel_breakdown", "get_gpu_user_annotation_breakdown",
+               "get_memory_bw_summary", "get_memory_bw_time_series", "get_profiler_steps",
+               "get_queue_length_summary", "get_queue_length_time_series",
+               "get_idle_time_breakdown", "get_potential_stragglers", "get_temporal_breakdown",
+               "get_aten_op_kernels_and_delay"]
+
+
+def hta_run(path):
+    """{method: ("ok", result) or ("error", exception type name)} of HTA on one trace."""
+    tool("hta")
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+    import logging
+    import warnings
+    from hta.trace_analysis import TraceAnalysis
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path),
+                               include_last_profiler_step=True)
+            out = {}
+            for name in HTA_METHODS:
+                try:
+                    out[name] = ("ok", getattr(ta, name)())
+                except Exception as exc:       # noqa: BLE001 -- HTA's own failures
+                    out[name] = ("error", type(exc).__name__)
+            df = ta.t.get_trace(0)
+            sym = ta.t.symbol_table.get_sym_table()
+            out["ops"] = collections.Counter(sym[i] for i in df[df["cat"].map(
+                lambda c: sym[c]) == "cpu_op"]["name"])
+    finally:
+        logging.disable(logging.NOTSET)
+    return out
+
+
+def shape(v):
+    if hasattr(v, "shape"):
+        return tuple(v.shape)
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [shape(x) for x in v]
+    return type(v).__name__
+
+
+def test_hta_succeeds_where_it_succeeds_on_torch_s_trace(traces):
+    torch_path, xsp_path, _ = traces
+    theirs, ours = hta_run(torch_path), hta_run(xsp_path)
+    ok = [m for m in HTA_METHODS if theirs[m][0] == "ok"]
+    assert len(ok) >= 8
+    assert [m for m in HTA_METHODS if ours[m][0] == "ok"] == ok
+    for m in ok:
+        assert shape(ours[m][1]) == shape(theirs[m][1]), m
+    assert len(ours["get_profiler_steps"][1]) == len(theirs["get_profiler_steps"][1]) == STEPS
+    # HTA's own parse of the ops: the same names and counts
+    assert ours["ops"] == theirs["ops"] and sum(ours["ops"].values()) > 100
+
+
+def tb_profile(path, tmp_path):
+    tool("torch_tb_profiler")
+    from torch_tb_profiler.profiler.data import RunProfileData
+    from torch_tb_profiler.profiler.run_generator import RunGenerator
+    data = RunProfileData.parse("worker0", None, path, str(tmp_path))
+    return RunGenerator("worker0", None, data).generate_run_profile()
+
+
+def test_tensorboard_plugin_loads_the_export(traces, tmp_path):
+    _, xsp_path, tr = traces
+    prof = tb_profile(xsp_path, tmp_path)
+    assert [r[0] for r in prof.overview["steps"]["rows"]] == [str(i) for i in range(STEPS)]
+    assert prof.get_operator_tree() is not None and prof.tid2tree
+    assert prof.get_module_view() is not None
+    tb = {r["name"]: r["calls"] for r in prof.operation_table_by_name["data"]}
+    # the plugin merges a redispatch (an op that is the only child of an op of its name) as
+    # xsp's op table and torch.profiler's key_averages do, and lists the backward functions
+    # (xsp's kind backward) among the operators
+    ops = analysis.ops(tr)
+    src = tr.to_pandas()
+    it = analysis._src(tr).iteration_of()
+    dup = analysis.redispatches((src["kind"] == "op").to_numpy(), src["name"].to_numpy(),
+                                tr.parent_ids) & (it >= 0)
+    assert collections.Counter(src["name"].to_numpy()[dup].tolist()) == {"aten::sum": STEPS}
+    bw = collections.Counter(src["name"].to_numpy()[((src["kind"] == "backward").to_numpy())
+                                                    & (it >= 0)].tolist())
+    assert bw["AddmmBackward0"] == 2 * STEPS
+    want = dict(zip(ops["name"], ops["calls"]))
+    want.update(bw)
+    assert tb == want
+
+
+# -- reading torch.profiler's traces --------------------------------------------------------
+def test_load_kineto_rebuilds_the_tree(traces):
+    torch_path, _, _ = traces
+    tr = xsp.load_kineto(torch_path)
+    doc = events(torch_path)
+    n_x = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+    assert len(tr) == n_x                         # every complete event, the Trace region too
+    assert tr[0].kind == "region" and tr[0].name == "PyTorch Profiler (0)"
+    assert [s.name for s in tr if s.kind == "step"] == ["step#%d" % i for i in
+                                                        range(1, STEPS + 1)]
+    assert tr.meta["source"] == "kineto" and tr.meta["levels"] == "ML"
+    assert tr.counters == {"kineto.skipped": 2, "kineto.unattributed": 0,
+                           "kineto.clamped": 0, "kineto.overlaps": 0}
+    # nesting by time: every span lies inside its parent, on its thread
+    for s in tr:
+        p = s.parent_span
+        if p is not None and p.kind != "region":
+            assert p.start_ns <= s.start_ns and s.end_ns <= p.end_ns and p.thread == s.thread
+    # the same op multiset as torch's events
+    assert collections.Counter(s.name for s in tr if s.kind in ("op", "backward")) == \
+        collections.Counter(e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    # backward functions: kind, sequence number and their forward op through the flows
+    bws = [s for s in tr if s.kind == "backward"]
+    assert bws and all(s.parent_span.name == "autograd::engine::evaluate_function: " + s.name
+                       for s in bws)
+    for s in [s for s in bws if "seq" in s.attrs]:
+        f = tr[s.attrs["fwd_op"]]
+        assert f.kind == "op" and f.attrs["seq"] == s.attrs["seq"] and f.start_ns < s.start_ns
+    # xsp's analyses on it: the op table's calls are torch.profiler's key_averages counts
+    ops = analysis.ops(tr)
+    assert dict(zip(ops["name"], ops["calls"]))["aten::addmm"] == 2 * STEPS
+    assert len(analysis.model_latency(tr)) == STEPS
+
+
+def test_load_kineto_op_table_equals_key_averages():
+    step = workload()
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=STEPS)
+    got = {}
+
+    def ready(p):
+        got["avg"] = {e.key: e.count for e in p.key_averages()}
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "xsp-ka-%d.json" % os.getpid())
+        p.export_chrome_trace(path)
+        got["path"] = path
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=sched, on_trace_ready=ready) as p:
+        for _ in range(STEPS + 1):
+            step()
+            p.step()
+    try:
+        tr = xsp.load_kineto(got["path"])
+    finally:
+        os.unlink(got["path"])
+    ops = analysis.ops(tr)
+    ours = {k: v for k, v in zip(ops["name"], ops["calls"])}
+    theirs = {k: v for k, v in got["avg"].items() if k in ours or k.startswith("aten::")}
+    # what key_averages has beyond the ops: the backward functions and the scopes
+    extra = set(got["avg"]) - set(ours)
+    assert extra == {s.name for s in tr if s.kind in ("backward", "scope")} | {"ProfilerStep*"}
+    assert ours == theirs
+
+
+def test_round_trip_gives_torch_s_events_and_hta_s_results(traces, tmp_path):
+    torch_path, _, _ = traces
+    out = str(tmp_path / "again.pt.trace.json")
+    xsp.load_kineto(torch_path).to_kineto(out)
+    a, b = events(torch_path), events(out)
+    assert b["baseTimeNanoseconds"] == a["baseTimeNanoseconds"]
+    assert b["trace_id"] == a["trace_id"] and b["traceName"] == a["traceName"]
+
+    def xev(doc):
+        return sorted((e["ts"], e["dur"], e["name"], e["cat"], str(e["pid"]), str(e["tid"]))
+                      for e in doc["traceEvents"] if e["ph"] == "X")
+    assert xev(b) == xev(a)
+    by = {(e["ts"], e["name"], str(e["tid"])): e for e in b["traceEvents"] if e["ph"] == "X"}
+    for e in a["traceEvents"]:
+        if e["ph"] == "X":
+            mine = by[(e["ts"], e["name"], str(e["tid"]))]["args"]
+            assert {k: mine[k] for k in e.get("args", {})} == e.get("args", {})
+    flows = collections.Counter(e["cat"] for e in a["traceEvents"] if e["ph"] in "sf")
+    assert collections.Counter(e["cat"] for e in b["traceEvents"] if e["ph"] in "sf") == flows
+    ha, hb = hta_run(torch_path), hta_run(out)
+    assert {m: r[0] for m, r in ha.items() if m != "ops"} == \
+        {m: r[0] for m, r in hb.items() if m != "ops"}
+    for m in HTA_METHODS:
+        if ha[m][0] == "ok":
+            assert repr(ha[m][1]) == repr(hb[m][1]), m
+    assert ha["ops"] == hb["ops"]
+
+
+def test_gzip_and_the_cli(traces, tmp_path):
+    torch_path, _, tr = traces
+    gz = str(tmp_path / "t.pt.trace.json.gz")
+    with open(torch_path, "rb") as f, gzip.open(gz, "wb") as g:
+        g.write(f.read())
+    assert len(xsp.load_kineto(gz)) == len(xsp.load_kineto(torch_path))
+    xspf = str(tmp_path / "r.xsp")
+    tr.save(xspf)
+    cli = [sys.executable, "-m", "xsp"]
+    out = str(tmp_path / "k.json.gz")
+    r = subprocess.run(cli + ["export", xspf, "--format", "kineto", "-o", out],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert len(xsp.load_kineto(out)) == len(tr)
+    r = subprocess.run(cli + ["summary", gz, "--top", "3"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "xsp report: PyTorch Profiler (0)" in r.stdout and "%d iterations" % STEPS in r.stdout
+    r = subprocess.run(cli + ["compare", torch_path, out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "iterations: %d -> %d" % (STEPS, STEPS) in r.stdout
+    html = str(tmp_path / "r.html")
+    r = subprocess.run(cli + ["report", gz, "-o", html], capture_output=True, text=True)
+    assert r.returncode == 0 and os.path.getsize(html) > 1000
+
+
+# -- hostile files ----------------------------------------------------------------------------
+@pytest.mark.parametrize("content, words, offset, event", [
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, ', "malformed JSON", 51, None),
+    (b'{"a": 1}', "no traceEvents list", None, None),
+    (b'[]', "no traceEvents list", None, None),
+    (b'{"traceEvents": [1]}', "event 0: not an object but int", None, 0),
+    (b'{"traceEvents": [{"ph": "M"}, {"ph": "X", "name": "a", "ts": 1}]}',
+     "event 1: a complete event (ph X) without 'dur'", None, 1),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": "1", "dur": 2}]}',
+     "event 0: ts must be a number, not str", None, 0),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": -2}]}',
+     "event 0: dur -2 is negative", None, 0),
+    (b'{"traceEvents": [{"ph": "X", "name": 5, "ts": 1, "dur": 2}]}',
+     "event 0: name must be a string, not int", None, 0),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": []}]}',
+     "event 0: args must be an object, not list", None, 0),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1e999, "dur": 2}]}',
+     "event 0: ts 1E+999 is out of range (more than 2**63 ns)", None, 0),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": Infinity, "dur": 2}]}',
+     "event 0: ts inf is not a finite number", None, 0),
+    (b'{"traceEvents": []}', "no complete events", None, None),
+    (b'\x1f\x8bnot gzip', "not a gzip file", 0, None),
+    (b'{"traceEvents": ["\xff"]}', "not UTF-8", 18, None),
+])
+def test_hostile_kineto_files(tmp_path, content, words, offset, event):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(xsp.TraceFormatError) as e:
+        xsp.load_kineto(str(p))
+    assert str(e.value).startswith(str(p) + ": ") and words in str(e.value)
+    assert e.value.path == str(p) and e.value.offset == offset
+    assert getattr(e.value, "event", None) == event
+
+
+def test_overlapping_events_are_cut_and_counted(tmp_path):
+    p = tmp_path / "o.json"
+    p.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 15, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 30, "dur": 1},
+        {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": 31}]}))
+    tr = xsp.load_kineto(str(p))
+    assert [(s.name, s.start_ns, s.end_ns, s.parent) for s in tr] == [
+        ("torch.profiler trace", 10000, 31000, None), ("a", 10000, 20000, 0),
+        ("b", 15000, 20000, 1), ("c", 30000, 31000, 0)]
+    assert tr.counters["kineto.overlaps"] == 1 and tr.counters["kineto.skipped"] == 1
+    assert np.array_equal(tr.level_codes, [0, 1, 1, 1])
