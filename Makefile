@@ -66,6 +66,11 @@ ifeq ($(HAVE_CUPTI),1)
 	    $(GPU_SRC) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
 	    -o $(BIN)/test_gpu_merge_san
 	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san
+	# a level-G training loop through the real session and merge, for tests/py/test_kineto.py
+	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/make_gpu_trace.c $(CORE_SRC) $(GPU_SRC) \
+	    $(IO_SRC) $(MSGPACK_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
+	    -o $(BIN)/make_gpu_trace
+	$(BIN)/make_gpu_trace $(BIN)/gpu_steps.xsp
 else
 	@echo "ctest: SKIPPED test_gpu: no CUPTI headers in $(CUDA_HOME)/include (set CUDA_HOME)"
 endif

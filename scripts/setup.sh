@@ -44,6 +44,13 @@ if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
     # pytest-xdist for tests/py/test_pytest_plugin.py (the plugin under two workers): the
     # version of xsp's `pytest` extra
     "$VPY" -m pip install -q "pytest-xdist==3.8.0"
+    # HTA and TensorBoard's profiler plugin for tests/py/test_kineto.py, pinned.  HTA 0.5.0
+    # declares jupyterlab (and pytest) as requirements, which its analyses never import:
+    # installed without its declared dependencies, with the ones it imports, pinned to the
+    # versions the tests were made with (numpy and pandas are the project's own).
+    "$VPY" -m pip install -q --no-deps "HolisticTraceAnalysis==0.5.0" "torch-tb-profiler==0.4.3"
+    "$VPY" -m pip install -q "networkx==3.6.1" "plotly==7.1.0" "pydot==4.0.1" \
+        "psutil==7.2.2" "PyYAML==6.0.4"
     CHROMIUM_PIN=${CHROMIUM_PIN:-156.0.8078.114-1~deb12u1}
     if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
         :
