@@ -215,8 +215,20 @@ def _count_memory(fn, sync):
         fn()
         if sync is not None:
             sync()
-    finally:
-        counts = _torch.mem_end()
+    except RuntimeError as exc:
+        _torch.mem_end()
+        if "Profiler is already enabled" in str(exc):
+            # fn runs torch.profiler itself, whose profiler state cannot sit beside the
+            # counter's on the thread: the call is not counted (its timed runs were fine)
+            return None, ("fn starts torch.profiler itself, which cannot run beside xsp's "
+                          "allocation counter (one profiler state per thread)")
+        exc.add_note("(in xsp.perf's extra call of fn that counts allocations; "
+                     "count_memory=False leaves it out)")
+        raise
+    except BaseException:
+        _torch.mem_end()
+        raise
+    counts = _torch.mem_end()
     return {"allocs": sum(d["allocs"] for d in counts.values()),
             "alloc_bytes": sum(d["alloc_bytes"] for d in counts.values()),
             "by_device": counts}, None
@@ -546,6 +558,12 @@ class Result:
                         [(r, 1) for r in reasons]
                     for r, c in list(items)[:OFFENDERS]:
                         details.append("  %s x%d: %s" % (COUNT_WHAT[key], c, r))
+        rec = getattr(self, "_record", None)
+        if rec is not None:             # the pytest plugin's record of this measurement
+            rec["budget"] = "exceeded" if failures else (rec.get("budget") or "ok")
+            rec["failures"].extend(f for f in failures if f not in rec["failures"])
+            if failures:
+                rec["status"] = "budget exceeded"
         if failures:
             raise BudgetExceeded(self._message("budget exceeded", failures, details), failures)
         return self
@@ -579,9 +597,9 @@ class Result:
         return out
 
     def _message(self, head, failures, details):
-        lines = ["xsp: %s: %s (levels %s, %d iterations)" % (head, self.name,
-                                                            self.data["levels"],
-                                                            self.latency["n"])]
+        n = self.latency["n"]
+        lines = ["xsp: %s: %s (levels %s, %d iteration%s)" % (
+            head, self.name, self.data["levels"], n, "" if n == 1 else "s")]
         lines.extend("  " + f for f in failures)
         lines.extend(details)
         return printable("\n".join(lines))
@@ -624,6 +642,44 @@ def _json_default(v):
     raise TypeError("not JSON: %r" % (v,))
 
 
+BUDGETS = ("latency", "layers", "ops", "kernels") + tuple(
+    k for k in COUNTS if k not in ("ops_total", "kernels"))
+
+
+def check_budgets(where, budgets):
+    """Validates Result.check's budgets without a Result: TypeError for an unknown budget,
+    ValueError for a bad value, both naming where."""
+    try:
+        for k, v in budgets.items():
+            if k not in BUDGETS:
+                raise TypeError("unknown budget %r; budgets: %s" % (k, ", ".join(BUDGETS)))
+            if v is None:
+                continue
+            if k == "latency":
+                parse_duration(v)
+            elif k == "layers":
+                if not isinstance(v, dict):
+                    raise ValueError("the layers budget must be a dict {name: duration}")
+                for nm, d in v.items():
+                    parse_duration(d, "the budget of layer %r" % (nm,))
+            elif k in ("ops", "kernels"):
+                for nm, lim in (v.items() if isinstance(v, dict) else [(None, v)]):
+                    _count_limit(lim, k if nm is None else "%s[%r]" % (k, nm))
+            elif k in ("bytes_allocated", "copy_bytes"):
+                parse_bytes(v, k)
+            else:
+                _count_limit(v, k)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)("%s: %s" % (where, exc)) from None
+
+
+def allowance_key(k):
+    """Whether k names an allowance: a count, 'ops', 'kernels_by_name', 'op:NAME' or
+    'kernel:NAME'."""
+    return isinstance(k, str) and (k in COUNTS or k in NAMED_COUNTS or
+                                   k.startswith(("op:", "kernel:")))
+
+
 def _count_limit(v, what):
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
         raise ValueError("the %s budget must be an int >= 0, not %r" % (what, v))
@@ -647,6 +703,10 @@ _SHAPE = {"schema": str, "name": str, "levels": str, "repeat": int, "rounds": in
           "varying": dict}
 
 
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def from_dict(data, path=None):
     """A Result from its JSON record; BaselineError (with .field) when it is not one."""
     def bad(field, msg):
@@ -659,33 +719,54 @@ def from_dict(data, path=None):
     for k, t in _SHAPE.items():
         if not isinstance(data.get(k), t) or (t is int and isinstance(data.get(k), bool)):
             bad(k, "is missing or not a %s" % t.__name__)
+    for k in ("machine", "step_ns", "compile"):
+        if data.get(k) is not None and not isinstance(data[k], dict):
+            bad(k, "is not an object")
     samples = data["latency"].get("samples_ns")
-    if not isinstance(samples, list) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in samples):
-        bad("latency.samples_ns", "is not a list of numbers")
+    if not isinstance(samples, list) or not samples or not all(
+            _number(v) and v >= 0 for v in samples):
+        bad("latency.samples_ns", "is not a non-empty list of finite numbers >= 0")
+    n = data["latency"].get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or n != len(samples):
+        bad("latency.n", "is not the number of samples (%d)" % len(samples))
     for k in COUNTS:
-        v = data["counts"].get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            bad("counts.%s" % k, "is not an int or null")
+        if k not in data["counts"]:
+            bad("counts.%s" % k, "is missing")
+        v = data["counts"][k]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            bad("counts.%s" % k, "is not an int >= 0 or null")
     for k in NAMED_COUNTS:
         d = data["named"].get(k)
         if not isinstance(d, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                              for v in d.values()):
-            bad("named.%s" % k, "is not an object of ints")
+                                              and v >= 0 for v in d.values()):
+            bad("named.%s" % k, "is not an object of ints >= 0")
     for k in ("layers", "ops", "kernels", "modules"):
         d = data["times"].get(k, {} if k == "modules" else None)
         if not isinstance(d, dict) or not all(
-                isinstance(v, list) and all(isinstance(x, (int, float)) and
-                                            not isinstance(x, bool) for x in v)
+                isinstance(v, list) and len(v) == n and all(_number(x) for x in v)
                 for v in d.values()):
-            bad("times.%s" % k, "is not an object of number lists")
+            bad("times.%s" % k, "is not an object of lists of %d finite numbers (one per "
+                "iteration)" % n)
     return Result(data, path=path)
+
+
+def _no_constant(name):
+    raise ValueError(name)
 
 
 def load(path):
     """Reads a Result's JSON file.  BaselineError naming the file and the byte offset of
-    malformed JSON, or the field of a record of the wrong shape; OSError as open raises."""
+    malformed JSON (NaN and Infinity are not JSON), or the field of a record of the wrong
+    shape, or saying that the path is not a regular file; OSError as open raises."""
+    import stat
     path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise BaselineError("%s: not a regular file (a %s)" % (
+            path, "directory" if stat.S_ISDIR(st.st_mode) else "special file"), path)
     with open(path, "rb") as f:
         raw = f.read()
     try:
@@ -694,14 +775,22 @@ def load(path):
         raise BaselineError("%s: byte %d: not UTF-8" % (path, exc.start), path,
                             offset=exc.start) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         off = len(text[:exc.pos].encode("utf-8"))
         raise BaselineError("%s: byte %d: malformed JSON: %s" % (path, off, exc.msg), path,
                             offset=off) from None
+    except ValueError as exc:          # NaN, Infinity, -Infinity
+        m = re.search(r"-?\b%s\b" % re.escape(str(exc).lstrip("-")), text)
+        off = len(text[:m.start()].encode("utf-8")) if m else None
+        raise BaselineError("%s: byte %s: %s is not JSON (results are strict JSON)" % (
+            path, off, exc), path, offset=off) from None
     except RecursionError:
         raise BaselineError("%s: nested too deeply to be a result file" % path, path) from None
-    return from_dict(data, path)
+    try:
+        return from_dict(data, path)
+    except RecursionError:
+        raise BaselineError("%s: nested too deeply to be a result file" % path, path) from None
 
 
 # -- comparing with a baseline ---------------------------------------------------------------

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import sys
 
 import pytest
 
@@ -40,6 +41,7 @@ from ._util import atomic_write, fmt_ns, fmt_signed
 RESULTS_SCHEMA = "xsp.pytest-results/1"
 MARKER_KEYS = ("threshold", "levels", "repeat", "warmup", "rounds", "allow", "budget")
 DEFAULTS = {"levels": "ML", "repeat": 10, "warmup": 3, "rounds": 1}
+FAILURE_LINES = 4           # per measurement, in the terminal summary
 _ITEM = pytest.StashKey()
 _STATE = pytest.StashKey()
 
@@ -67,31 +69,72 @@ def pytest_addoption(parser):
 
 
 def _option(config, key):
+    """(value, where it came from): the command line's option, else the ini key's; None
+    when neither is set (or set empty)."""
     v = config.getoption(key)
+    if v is not None:
+        return (v or None), "--" + key.replace("_", "-")
+    v = config.getini(key)
+    return (v or None), key
+
+
+def _path(config, key):
+    """The option's path made absolute once, at configure: a command-line path relative to
+    the directory pytest was started in, an ini path relative to the ini file's directory
+    (the rootdir without one), so that a test that changes directory, or a run started in a
+    subdirectory, still reads and writes the same files.  (None, None) when not set."""
+    v, src = _option(config, key)
     if v is None:
-        v = config.getini(key)
-    return v or None
+        return None, src
+    if src.startswith("--"):
+        base = str(config.invocation_params.dir)
+    else:
+        base = str(config.inipath.parent) if config.inipath else str(config.rootpath)
+    return os.path.abspath(os.path.join(base, os.path.expanduser(str(v)))), src
+
+
+def _writable_dir(path, src):
+    """Makes directory path (and its parents), or raises pytest.UsageError saying why not."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise pytest.UsageError("%s: %s is not a directory" % (src, path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise pytest.UsageError("%s: cannot make directory %s: %s" % (
+            src, path, exc.strerror or exc)) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise pytest.UsageError("%s: directory %s is not writable" % (src, path))
 
 
 class _State:
     """The session's settings and, on the controller, the results gathered from reports."""
 
     def __init__(self, config):
-        self.save = _option(config, "xsp_save")
-        self.baseline = _option(config, "xsp_baseline")
-        self.save_baseline = _option(config, "xsp_save_baseline")
-        self.json = _option(config, "xsp_json")
-        t = _option(config, "xsp_threshold")
+        self.worker = hasattr(config, "workerinput")
+        self.save, src_save = _path(config, "xsp_save")
+        self.baseline, src_base = _path(config, "xsp_baseline")
+        self.save_baseline, src_saveb = _path(config, "xsp_save_baseline")
+        self.json, src_json = _path(config, "xsp_json")
+        t, src_t = _option(config, "xsp_threshold")
         try:
             self.threshold = 5.0 if t is None else float(t)
             if not 0 <= self.threshold < math.inf:
                 raise ValueError
         except ValueError:
-            raise pytest.UsageError("--xsp-threshold / xsp_threshold must be a percentage "
-                                    ">= 0, not %r" % (t,)) from None
+            raise pytest.UsageError("%s must be a percentage >= 0, not %r" % (src_t, t)) \
+                from None
         if self.baseline and not os.path.isdir(self.baseline):
-            raise pytest.UsageError("--xsp-baseline: %s is not a directory (make one with "
-                                    "--xsp-save-baseline=%s)" % (self.baseline, self.baseline))
+            raise pytest.UsageError("%s: %s is not a directory (make one with "
+                                    "--xsp-save-baseline=%s)" % (src_base, self.baseline,
+                                                                 self.baseline))
+        for path, src in ((self.save, src_save), (self.save_baseline, src_saveb)):
+            if path:
+                _writable_dir(path, src)
+        if self.json:
+            if os.path.isdir(self.json):
+                raise pytest.UsageError("%s: %s is a directory, not a file" % (src_json,
+                                                                               self.json))
+            _writable_dir(os.path.dirname(self.json), src_json)
         self.results = []           # controller: what the reports carried
         self.worker = hasattr(config, "workerinput")
 
@@ -116,9 +159,20 @@ class _State:
         doc = {"schema": RESULTS_SCHEMA, "threshold_pct": self.threshold,
                "baseline": self.baseline,
                "results": sorted(self.results, key=lambda r: r["key"])}
-        text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False)
-        os.makedirs(os.path.dirname(os.path.abspath(self.json)), exist_ok=True)
-        atomic_write(self.json, lambda f: f.write(text))
+        from .perf import _clean
+        text = json.dumps(_clean(doc), indent=1, sort_keys=True, allow_nan=False)
+        try:
+            atomic_write(self.json, lambda f: f.write(text))
+        except OSError as exc:
+            # the session's reports are already written: say so, never lose them
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            msg = "xsp: cannot write %s: %s" % (self.json, exc.strerror or exc)
+            if tr is not None:
+                tr.write_line(msg, red=True)
+            else:
+                sys.stderr.write(msg + "\n")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR if \
+                session.exitstatus == pytest.ExitCode.OK else session.exitstatus
 
 
 def pytest_configure(config):
@@ -141,7 +195,8 @@ class _ItemState:
     def __init__(self):
         self.profiles = []          # (label, xsp.profile)
         self.results = []           # (key, Result, verdict or None, record dict)
-        self.names = {}             # measurement name -> times used
+        self.labels = set()         # measurement names used in this test
+        self.notes = []             # lines for the report's "xsp" section
 
 
 def _item_state(item):
@@ -151,19 +206,50 @@ def _item_state(item):
     return st
 
 
+MERGED_KEYS = ("allow", "budget")     # dicts: merged across markers, closest wins per entry
+
+
 def _marker_options(item):
-    """The xsp marker's keyword options (the closest marker wins per key)."""
+    """The xsp marker's keyword options: the closest marker wins per option, and for the
+    dicts allow and budget per entry.  pytest.UsageError for a misused marker."""
     out = {}
     for mark in reversed(list(item.iter_markers("xsp"))):
         if mark.args:
             raise pytest.UsageError("%s: @pytest.mark.xsp takes keyword options only (%s)"
                                     % (item.nodeid, ", ".join(MARKER_KEYS)))
-        for k in mark.kwargs:
+        for k, v in mark.kwargs.items():
             if k not in MARKER_KEYS:
                 raise pytest.UsageError("%s: unknown @pytest.mark.xsp option %r; options: %s"
                                         % (item.nodeid, k, ", ".join(MARKER_KEYS)))
-        out.update(mark.kwargs)
+            if k in MERGED_KEYS:
+                if not isinstance(v, dict):
+                    raise pytest.UsageError("%s: @pytest.mark.xsp(%s=...) must be a dict, not "
+                                            "%s" % (item.nodeid, k, type(v).__name__))
+                out[k] = dict(out.get(k) or {}, **v)
+            else:
+                out[k] = v
     return out
+
+
+def _checked_options(where, threshold, allow, budget):
+    """Validates what the marker and the call give before anything is measured: threshold
+    (percent), allow (allowance keys and values) and budget (Result.check's keywords and
+    values).  Raises ValueError or TypeError naming where."""
+    from . import perf
+    if threshold is not None:
+        try:
+            t = float(threshold)
+        except (TypeError, ValueError):
+            t = -1.0
+        if isinstance(threshold, bool) or not 0 <= t < math.inf:
+            raise ValueError("%s: threshold must be a percentage >= 0, not %r"
+                             % (where, threshold))
+    for k, v in (allow or {}).items():
+        if not perf.allowance_key(k):
+            raise ValueError("%s: unknown allowance %r; allowances: %s, ops, kernels_by_name, "
+                             "op:NAME, kernel:NAME" % (where, k, ", ".join(perf.COUNTS)))
+        perf._allowance({k: v}, k, 0)
+    perf.check_budgets(where, budget or {})
 
 
 def _file_name(key):
@@ -204,6 +290,8 @@ def xsp_measure(request):
     cfg = request.config.stash[_STATE]
     opts = _marker_options(item)
     st = _item_state(item)
+    _checked_options("%s: @pytest.mark.xsp" % item.nodeid, opts.get("threshold"),
+                     opts.get("allow"), opts.get("budget"))
 
     def measure(fn, levels=None, *, repeat=None, warmup=None, rounds=None, name=None,
                 budget=None, allow=None, threshold=None, **kwargs):
@@ -211,58 +299,79 @@ def xsp_measure(request):
 
         def pick(v, key):
             return v if v is not None else opts.get(key, DEFAULTS.get(key))
-        label = name or getattr(fn, "__name__", None) or "fn"
-        n = st.names.get(label, 0)
-        st.names[label] = n + 1
-        if n:
-            label = "%s#%d" % (label, n + 1)
+        where = "%s: xsp_measure" % item.nodeid
+        _checked_options(where, threshold, allow, budget)
+        thr = pick(threshold, "threshold")
+        thr = cfg.threshold if thr is None else float(thr)
+        allow_all = dict(opts.get("allow") or {}, **(allow or {}))
+        budgets = dict(opts.get("budget") or {}, **(budget or {}))
+        # a name unique in the test: fn's, then fn#2, fn#3, ...
+        base_label = name or getattr(fn, "__name__", None) or "fn"
+        label, k = base_label, 1
+        while label in st.labels:
+            k += 1
+            label = "%s#%d" % (base_label, k)
+        st.labels.add(label)
         key = "%s::%s" % (item.nodeid, label)
+        # the baseline is read before measuring: a file that is not a result fails the test
+        # without the measurement's time spent, and is replaced when this run saves one
+        baseline, baseline_error, baseline_note = None, None, None
+        base_path = (os.path.join(cfg.baseline, _file_name(key) + ".json")
+                     if cfg.baseline else None)
+        if base_path:
+            if os.path.lexists(base_path):
+                try:
+                    baseline = perf.load(base_path)
+                except (perf.BaselineError, OSError) as exc:
+                    baseline_error = exc
+            else:
+                baseline_note = "no baseline in %s" % cfg.baseline
         r = perf.measure(fn, pick(levels, "levels"), repeat=pick(repeat, "repeat"),
                          warmup=pick(warmup, "warmup"), rounds=pick(rounds, "rounds"),
                          name=label, **kwargs)
         r.data["test"] = item.nodeid
-        thr = pick(threshold, "threshold")
-        thr = cfg.threshold if thr is None else float(thr)
-        allow_all = dict(opts.get("allow") or {})
-        allow_all.update(allow or {})
-        verdict, baseline_note = None, None
-        if cfg.baseline:
-            path = os.path.join(cfg.baseline, _file_name(key) + ".json")
-            if os.path.exists(path):
-                verdict = r.compare(perf.load(path), threshold=thr, allow=allow_all)
-            else:
-                baseline_note = "no baseline in %s" % cfg.baseline
-        if cfg.save_baseline:
-            os.makedirs(cfg.save_baseline, exist_ok=True)
-            base = os.path.join(cfg.save_baseline, _file_name(key))
-            r.save(base + ".json")
-            if r.trace is not None:
-                r.trace.save(base + ".xsp")
-        budgets = dict(opts.get("budget") or {})
-        budgets.update(budget or {})
+        verdict = (r.compare(baseline, threshold=thr, allow=allow_all)
+                   if baseline is not None else None)
         record = _record(key, r, verdict, baseline_note)
+        r._record = record              # Result.check's failures go into the record too
         st.results.append((key, r, verdict, record))
         _properties(item, label, r, record)
+        if cfg.save_baseline:
+            out = os.path.join(cfg.save_baseline, _file_name(key))
+            if verdict is not None and verdict.failed and base_path == out + ".json":
+                # comparing with and saving into one directory: a run that failed against
+                # its baseline does not replace it (the regression would pass next time)
+                record["baseline_note"] = "baseline kept: this run failed against it"
+                st.notes.append("%s: the baseline %s was kept: this run failed against it"
+                                % (label, base_path))
+            else:
+                r.save(out + ".json")
+                if r.trace is not None:
+                    r.trace.save(out + ".xsp")
         failures = []
+        if baseline_error is not None:
+            record["failures"].append(str(baseline_error))
+            record["status"] = "bad baseline"
+            failures.append(baseline_error)
         try:
             if budgets:
                 r.check(**budgets)
             record["budget"] = "ok" if budgets else None
         except perf.BudgetExceeded as exc:
-            record["budget"] = "exceeded"
-            record["failures"].extend(exc.failures)
             failures.append(exc)
         if verdict is not None and verdict.failed:
             try:
                 verdict.check()
             except perf.BudgetExceeded as exc:
                 record["failures"].extend(exc.failures)
+                record["status"] = verdict.status
                 failures.append(exc)
         if failures:
             if len(failures) == 1:
                 raise failures[0]
             raise perf.BudgetExceeded("\n".join(str(f) for f in failures),
-                                      [x for f in failures for x in f.failures])
+                                      [x for f in failures for x in
+                                       getattr(f, "failures", [str(f)])])
         return r
     return measure
 
@@ -270,45 +379,62 @@ def xsp_measure(request):
 def _record(key, r, verdict, note):
     from .perf import _clean
     lat = r.latency
-    return _clean({"test": r.data.get("test"), "key": key, "name": r.name, "levels": r.data["levels"],
-            "iterations": lat["n"], "mean_ns": lat["mean_ns"], "std_ns": lat["std_ns"],
-            "median_ns": lat["median_ns"], "min_ns": lat["min_ns"], "max_ns": lat["max_ns"],
-            "counts": dict(r.counts), "compile": r.compile,
-            "baseline": verdict.summary() if verdict is not None else None,
-            "baseline_note": note, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-            "budget": None, "failures": [], "files": []})
+    return _clean({
+        "test": r.data.get("test"), "key": key, "name": r.name, "levels": r.data["levels"],
+        "iterations": lat["n"], "mean_ns": lat["mean_ns"], "std_ns": lat["std_ns"],
+        "median_ns": lat["median_ns"], "min_ns": lat["min_ns"], "max_ns": lat["max_ns"],
+        "counts": dict(r.counts), "compile": r.compile,
+        "baseline": verdict.summary() if verdict is not None else None,
+        "baseline_note": note, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+        "budget": None, "status": None, "failures": [], "files": []})
 
 
 def _properties(item, label, r, record):
     """junitxml properties of one measurement (names prefixed xsp.<measurement>.)."""
     p = "xsp.%s." % label
-    props = [("latency_ns", "%.0f" % r.latency["mean_ns"]),
-             ("latency_std_ns", "" if r.latency["std_ns"] is None
-              else "%.0f" % r.latency["std_ns"]),
-             ("iterations", r.latency["n"]), ("levels", r.data["levels"])]
+    props = [("latency_ns", "%.0f" % r.latency["mean_ns"])]
+    if r.latency["std_ns"] is not None:         # one iteration: no spread
+        props.append(("latency_std_ns", "%.0f" % r.latency["std_ns"]))
+    props += [("iterations", r.latency["n"]), ("levels", r.data["levels"])]
     for k, v in r.counts.items():
         if v is not None:
             props.append((k, v))
     if record["baseline"] is not None:
         b = record["baseline"]
-        props += [("baseline_status", b["status"]),
-                  ("baseline_delta_ns", "%.0f" % b["delta_ns"])]
+        props.append(("baseline_status", b["status"]))
+        if b["delta_ns"] is not None:
+            props.append(("baseline_delta_ns", "%.0f" % b["delta_ns"]))
     for k, v in props:
         item.user_properties.append((p + k, v))
 
 
 # -- hooks ----------------------------------------------------------------------------------
+# The profile-in-progress rule: a profile that a test, or one of its fixtures, started and left
+# recording fails that test (its call, or its teardown for a fixture's), and is stopped so that
+# the next test is not affected.  A profile already recording before the test's setup (pytest
+# run under `xsp run`) is left alone.
+_BEFORE = pytest.StashKey()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    from . import _core
+    item.stash[_BEFORE] = _core.active_session()
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """The profile-in-progress rule: a test that leaves a profile recording fails, and the
-    profile is stopped so that the next test is not affected."""
     __tracebackhide__ = True
     from . import _core
-    before = _core.active_session()
+    before = _core.active_session()     # a fixture's profile may record through the call
     try:
         out = yield
-    except BaseException:
-        _stop_leaked(item, before)
+    except BaseException as exc:
+        msg = _stop_leaked(item, before)
+        if msg:
+            _item_state(item).notes.append(msg)
+            exc.add_note("xsp: " + msg)
         raise
     msg = _stop_leaked(item, before)
     if msg:
@@ -316,7 +442,25 @@ def pytest_runtest_call(item):
     return out
 
 
-def _stop_leaked(item, before):
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    __tracebackhide__ = True
+    before = item.stash.get(_BEFORE, None)
+    when = "after its fixtures' teardown"
+    try:
+        out = yield
+    except BaseException as exc:        # a fixture's teardown failed: stop it all the same
+        msg = _stop_leaked(item, before, when)
+        if msg:
+            exc.add_note("xsp: " + msg)
+        raise
+    msg = _stop_leaked(item, before, when)
+    if msg:
+        raise ProfileLeftOpen(msg)
+    return out
+
+
+def _stop_leaked(item, before, when=None):
     from . import _core
     leaked = _core.active_session()
     if leaked is None or leaked is before:
@@ -328,8 +472,9 @@ def _stop_leaked(item, before):
     except Exception as exc:  # another thread started it: it cannot be stopped from here
         how = "xsp could not stop it (%s: %s): later tests that profile will fail" % (
             type(exc).__name__, exc)
-    return ("%s left an xsp profile recording (%s): %s.  Use `with xsp_profile(...) as prof:` "
-            "or `with xsp.profile(...)`, which stop on every exit" % (item.nodeid, what, how))
+    return ("%s left an xsp profile recording%s (%s): %s.  Use `with xsp_profile(...) as "
+            "prof:` or `with xsp.profile(...)`, which stop on every exit" % (
+                item.nodeid, " " + when if when else "", what, how))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -346,7 +491,13 @@ def pytest_runtest_makereport(item, call):
             os.path.join(str(item.config.rootpath), ".xsp-failures")
     saved = []
     if where is not None:
-        os.makedirs(where, exist_ok=True)
+        try:
+            os.makedirs(where, exist_ok=True)
+        except OSError as exc:
+            st.notes.append("cannot save this test's traces in %s: %s" % (
+                where, exc.strerror or exc))
+            where = None
+    if where is not None:
         for label, prof in st.profiles:
             try:
                 tr = prof.trace
@@ -366,6 +517,8 @@ def pytest_runtest_makereport(item, call):
                 r.trace.save(base + ".xsp")
                 record["files"].append(base + ".xsp")
                 saved.append(base + ".xsp")
+    if st.notes:
+        rep.sections.append(("xsp", "\n".join(st.notes)))
     if saved:
         rep.sections.append(("xsp: saved", "\n".join(
             ["%s (%s)" % (p, "a trace: xsp summary, xsp report and xsp.load open it"
@@ -378,21 +531,29 @@ def pytest_runtest_makereport(item, call):
 
 
 def _verdict_of(r):
+    """The summary's verdict: what failed, or how the run compares with its baseline."""
+    if r.get("status"):
+        return r["status"]                  # regressed, counts changed, budget exceeded, ...
     if r["failures"]:
-        return "FAIL"
+        return "failed"
+    if r.get("outcome") == "failed":
+        return "test failed"                # the test failed on something else
     b = r["baseline"]
     if b is None:
-        return "new" if r["baseline_note"] else "-"
+        return "new" if r["baseline_note"] and r["baseline_note"].startswith("no baseline") \
+            else "-"
     return b["status"]
 
 
 def _summary(tr, st):
-    """The terminal table: one row per measurement, then what failed."""
+    """The terminal table: one row per measurement, then what failed (each measurement once,
+    in the table's order, at most FAILURE_LINES lines)."""
     tr.write_sep("-", "xsp performance (%d measurement%s)" % (
         len(st.results), "" if len(st.results) == 1 else "s"))
     rows = [["test", "latency", "± std", "n", "ops", "allocated", "vs baseline", "verdict"]]
     from .perf import fmt_bytes
-    for r in sorted(st.results, key=lambda r: r["key"]):
+    results = sorted(st.results, key=lambda r: r["key"])
+    for r in results:
         b = r["baseline"]
         change = "-" if b is None else fmt_signed(b["delta_ns"], b["delta_share"])
         rows.append([r["key"], fmt_ns(r["mean_ns"]), fmt_ns(r["std_ns"]), str(r["iterations"]),
@@ -402,8 +563,14 @@ def _summary(tr, st):
     for row in rows:
         tr.write_line("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                 for i, (c, w) in enumerate(zip(row, width))).rstrip())
-    for r in st.results:
-        for f in r["failures"]:
-            tr.write_line("%s: %s" % (r["key"], f))
+    for r in results:
+        fails = r["failures"]
+        if fails:
+            tr.write_line("%s:" % r["key"])
+            for f in fails[:FAILURE_LINES]:
+                tr.write_line("  " + f.split("\n")[0])
+            if len(fails) > FAILURE_LINES:
+                tr.write_line("  ... %d more (the test's failure report has them all)"
+                              % (len(fails) - FAILURE_LINES))
     if st.json:
         tr.write_line("xsp: results written to %s" % st.json)
