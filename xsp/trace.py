@@ -58,12 +58,17 @@ def load_kineto(path):
 
 
 def load_any(path):
-    """load() for an .xsp file, load_kineto() for JSON (a file whose first non-blank byte is
-    '{', or gzip-compressed)."""
-    with open(path, "rb") as f:
-        head = f.read(64)
-    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{":
-        return load_kineto(path)
+    """load() for a path ending in .xsp, and for any file that is not JSON; load_kineto() for
+    the others when they are JSON (the first non-blank byte '{') or gzip-compressed.  The
+    errors are those of the reader chosen (an unreadable file: load()'s)."""
+    if not str(path).endswith(".xsp"):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(64)
+        except OSError:
+            head = b""
+        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{":
+            return load_kineto(path)
     return load(path)
 
 
