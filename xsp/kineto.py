@@ -105,14 +105,15 @@ def _module_names(trace, kinds, attrs):
     return names, mids
 
 
-def write(trace, path, *, base_ns=None):
+def write(trace, path, *, base_ns=None, leveled=None):
     """Writes trace (an xsp.Trace) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
     torch.profiler's layout, categories and args, ac2g and fwdbwd flows, xsp's extras in
     "xsp.*" args and the top-level "xsp" key.  A path ending in .gz is gzip-compressed.
     base_ns: baseTimeNanoseconds (default: the trace's own when it was read from Kineto's
     JSON, else 0: xsp's clock is monotonic, not wall time); ts = (t - base_ns) / 1000.
-    Written atomically; OSError on failure."""
-    text = "".join(_events_text(trace, base_ns))
+    leveled: {span id: leveled latency ns} (Measurement.to_kineto), written as arg
+    "xsp.leveled_ns".  Written atomically; OSError on failure."""
+    text = "".join(_events_text(trace, base_ns, leveled or {}))
     path = os.fspath(path)
     if path.endswith(".gz"):
         data = gzip.compress(text.encode("utf-8", "replace"), mtime=0)
@@ -132,7 +133,7 @@ def write(trace, path, *, base_ns=None):
     return path
 
 
-def _events_text(trace, base_ns):
+def _events_text(trace, base_ns, leveled):
     meta = trace.meta
     if base_ns is None:
         base_ns = int(meta.get("kineto.baseTimeNanoseconds", 0))
@@ -323,6 +324,8 @@ def _events_text(trace, base_ns):
                 args.setdefault("xsp." + key, v)
         if isinstance(a.get("fwd_op"), int):
             args["xsp.fwd_op"] = a["fwd_op"]
+        if i in leveled:
+            args["xsp.leveled_ns"] = leveled[i]
         cat = a.get(ARG + "cat", cat) if k != "region" else cat
         lines.append('{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, "ts": %s, '
                      '"dur": %s, "args": %s}' % (_dumps(cat), _dumps(name), _dumps(p_),

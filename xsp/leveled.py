@@ -316,6 +316,31 @@ class Measurement:
             return None
         return self.batch_size * 1e9 / self.latency_ns
 
+    def leveled_ns(self):
+        """{span id of the deepest run's first-round trace (self.trace): leveled latency in
+        ns}: for each span inside a measured iteration, the trimmed mean over the
+        iterations of its key in the shallowest run that records its level (the latency
+        span_table() gives it)."""
+        deep = self.runs[-1]
+        it, key = self._keys[deep][0]
+        samples = {r: self._samples(r) for r in self.runs}
+        out = {}
+        levels = self.trace.level_codes
+        for i in np.nonzero(key >= 0)[0].tolist():
+            k = int(key[i])
+            want = self.runs[min(int(levels[i]), len(self.runs) - 1)]
+            for r in [want] + [x for x in self.runs if x != want]:
+                if k in samples[r]:
+                    out[i] = trimmed_stats(samples[r][k], self.trim)[0]
+                    break
+        return out
+
+    def to_kineto(self, path):
+        """The deepest run's trace as Kineto's JSON (Trace.to_kineto), each span inside a
+        measured iteration carrying its leveled latency as arg "xsp.leveled_ns"."""
+        from .kineto import write
+        return write(self.trace, path, leveled=self.leveled_ns())
+
     def report(self, top=10):
         """The text summary (xsp.report.text)."""
         return _report.text(self, top=top)

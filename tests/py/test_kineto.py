@@ -544,3 +544,23 @@ def test_tensorboard_plugin_gpu_views(gpu_export, tmp_path):
     names = collections.Counter({n: r["Calls"] for n, r in rows.items()})
     assert names == collections.Counter({"gemm_fwd": 4, "relu_fwd": 4, "gemm_bwd": 4})
     assert [r[0] for r in prof.overview["steps"]["rows"]] == ["0", "1", "2", "3"]
+
+
+def test_measurement_export_carries_leveled_latencies(tmp_path):
+    step = workload()
+    m = xsp.measure(step, levels="ML", repeat=3, warmup=0, progress=False)
+    path = m.to_kineto(str(tmp_path / "m.json"))
+    ev = [e for e in events(path)["traceEvents"] if e["ph"] == "X"]
+    lev = m.leveled_ns()
+    table = m.span_table()
+    # the model span's leveled latency is the M run's, as span_table() says
+    model = [e for e in ev if e["args"].get("xsp.kind") == "model" and "xsp.leveled_ns" in
+             e["args"]]
+    assert len(model) == 3
+    want = table[table["kind"] == "model"]["latency_ns"].iloc[0]
+    assert all(e["args"]["xsp.leveled_ns"] == pytest.approx(want) for e in model)
+    assert sum(1 for e in ev if "xsp.leveled_ns" in e["args"]) == len(lev)
+    # the priming step's spans have none
+    first = min(e["ts"] for e in ev if e["name"] == "ProfilerStep#1")
+    assert all("xsp.leveled_ns" not in e["args"] for e in ev
+               if e["ts"] < first and e["cat"] == "cpu_op")
