@@ -21,7 +21,6 @@ import itertools
 import numpy as np
 
 from . import _core
-from . import kineto as _kineto
 from ._util import fmt_ns as _fmt_ns
 from ._util import printable as _printable
 from .levels import LEVEL_NAMES as _LEVEL_NAMES
@@ -54,7 +53,8 @@ def load_kineto(path):
     ops by correlation id, every event's args kept as attributes "k.<arg>" (docs/format.md,
     "Kineto's JSON").  Raises xsp.TraceFormatError (.path; .offset for malformed JSON,
     .event for a malformed event) and OSError."""
-    return Trace(_kineto.read(path))
+    from . import kineto        # loaded on first use: `import xsp` stays light
+    return Trace(kineto.read(path))
 
 
 def load_any(path):
@@ -480,7 +480,8 @@ class Trace:
         export_chrome_trace, which HTA, TensorBoard's profiler plugin, Perfetto and
         chrome://tracing read (xsp.kineto.write; docs/format.md).  A path ending in .gz is
         compressed.  Returns path; OSError on failure."""
-        return _kineto.write(self, path)
+        from . import kineto
+        return kineto.write(self, path)
 
     def to_bytes(self):
         """The .xsp file's bytes."""
