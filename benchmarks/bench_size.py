@@ -1,5 +1,7 @@
 """Trace size: xsp's .xsp file against torch.profiler's exported Chrome JSON for the same run,
-bytes per span, and the time to save and to load.
+bytes per span, and the time to save and to load; and Kineto's JSON both ways: xsp's
+Trace.to_kineto against torch.profiler's export_chrome_trace (same format), and
+xsp.load_kineto reading torch's file.
 
 Workload: the built-in TinyResNet, forward+backward, --iters iterations, recorded once with
 torch.profiler (CPU) and once with xsp at ML (each records the same aten ops; xsp adds module
@@ -62,6 +64,18 @@ def main(argv=None):
           "load %.1f ms" % (sx, len(tr), sx / len(tr), t_save / 1e6, t_load / 1e6))
     print("xsp Chrome JSON export:     %d bytes (%.1f bytes/span)" % (sc, sc / len(tr)))
     print("ratio .xsp / torch.profiler JSON: %.4f (target <= 0.1)" % (sx / st))
+    kj = os.path.join(d, "xsp.pt.trace.json")
+    t0 = common.now()
+    tr.to_kineto(kj)
+    t_kin = common.now() - t0
+    t0 = common.now()
+    back = xsp.load_kineto(tjson)
+    t_read = common.now() - t0
+    sk = os.path.getsize(kj)
+    print("xsp Kineto JSON export:     %d bytes (%.1f bytes/span), to_kineto %.1f ms: %.2fx "
+          "torch.profiler's export time" % (sk, sk / len(tr), t_kin / 1e6, t_kin / t_export))
+    print("xsp.load_kineto of torch.profiler's JSON: %d spans in %.1f ms (%.1f us/span)"
+          % (len(back), t_read / 1e6, t_read / 1e3 / len(back)))
     return 0
 
 

@@ -75,8 +75,14 @@ def _line(event, ts):
 
 
 def _dumps(v):
-    # ", " and ": " separators: HTA finds the rank with the regex '"rank":\\s+(\\d+)'
-    return json.dumps(_clean(v), allow_nan=False)
+    """JSON text of v.  ", " and ": " separators: HTA finds the rank with the regex
+    '"rank":\\s+(\\d+)'.  Strings are written as they are (ensure_ascii off): the file is
+    encoded with errors="replace", so bytes that were not UTF-8 (lone surrogates) become '?'.
+    Non-finite floats become strings (_clean), the rare case, tried second."""
+    try:
+        return json.dumps(v, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_clean(v), ensure_ascii=False, allow_nan=False)
 
 
 def _module_names(trace, kinds, attrs):
@@ -234,6 +240,7 @@ def _events_text(trace, base_ns, leveled):
     lines = [_line(e, first_ts) for e in ev]
     flows = []
     flow_id = 0
+    heads = {}              # (cat, name, pid, tid) -> the event's JSON up to "ts"
     for i in range(n):
         k = kind_of[i]
         a = attrs[i]
@@ -327,9 +334,12 @@ def _events_text(trace, base_ns, leveled):
         if i in leveled:
             args["xsp.leveled_ns"] = leveled[i]
         cat = a.get(ARG + "cat", cat) if k != "region" else cat
-        lines.append('{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, "ts": %s, '
-                     '"dur": %s, "args": %s}' % (_dumps(cat), _dumps(name), _dumps(p_),
-                                                 _dumps(t_), ts, dur, _dumps(args)))
+        head = (cat, name, p_, t_)
+        h = heads.get(head)
+        if h is None:
+            h = heads[head] = '{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, ' % (
+                _dumps(cat), _dumps(name), _dumps(p_), _dumps(t_))
+        lines.append('%s"ts": %s, "dur": %s, "args": %s}' % (h, ts, dur, _dumps(args)))
         # flows
         if k in GPU_WORK and "correlation" in a and isinstance(a.get("api"), int):
             j = a["api"]
@@ -497,13 +507,15 @@ def _build(path, doc):
             region = r
             continue
         recs.append(r)
-    cpu = [r for r in recs if r["cat"] not in ("kernel", "gpu_memcpy", "gpu_memset",
-                                               "cuda_sync", "overhead", "Trace")
-           and not (r["cat"] == "" and isinstance(r["pid"], str))]
-    gpu = [r for r in recs if r["cat"] in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync",
-                                           "overhead")]
-    others = [r for r in recs if r not in cpu and r not in gpu]
-    counters["kineto.skipped"] += len(others)
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "overhead")
+    cpu, gpu = [], []
+    for r in recs:
+        if r["cat"] in gpu_cats:
+            gpu.append(r)
+        elif r["cat"] == "Trace" or (r["cat"] == "" and isinstance(r["pid"], str)):
+            counters["kineto.skipped"] += 1     # a second Trace span, a viewer's own track
+        else:
+            cpu.append(r)
     # kinds
     for r in cpu:
         c, nm = r["cat"], r["name"]
