@@ -50,16 +50,17 @@ def printable(text):
 _tmp_serial = itertools.count()
 
 
-def atomic_write(path, write):
-    """Calls write(f) on a new text file (UTF-8; lone surrogates written as '?') beside path,
-    then renames it over path, so a reader never sees half a file and a failure leaves what
-    was there.  The file gets the usual permissions (0666 less the umask).  Raises what write
+def atomic_write(path, write, binary=False):
+    """Calls write(f) on a new file beside path (text, UTF-8 with lone surrogates written as
+    '?'; bytes with binary=True), then renames it over path, so a reader never sees half a
+    file and a failure leaves what was there.  The file gets the usual permissions (0666 less the umask).  Raises what write
     or the file system raises (OSError), after removing the temporary file."""
     path = os.fspath(path)
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), ".%s.%d.%d.tmp" % (
         os.path.basename(path), os.getpid(), next(_tmp_serial)))
     try:
-        with open(tmp, "x", encoding="utf-8", errors="replace") as f:
+        with (open(tmp, "xb") if binary else
+              open(tmp, "x", encoding="utf-8", errors="replace")) as f:
             write(f)
         os.replace(tmp, path)
     except BaseException:

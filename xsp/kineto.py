@@ -123,17 +123,7 @@ def write(trace, path, *, base_ns=None, leveled=None):
     path = os.fspath(path)
     if path.endswith(".gz"):
         data = gzip.compress(text.encode("utf-8", "replace"), mtime=0)
-        tmp = path + ".tmp.%d" % os.getpid()
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, lambda f: f.write(data), binary=True)
     else:
         atomic_write(path, lambda f: f.write(text))
     return path

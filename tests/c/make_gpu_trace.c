@@ -29,6 +29,7 @@
 #include "gpu/activity.h"
 #include "gpu/gpu_merge.h"
 #include "io/tracefile.h"
+#include "gpu_fill.h"
 
 #define STEPS 4
 
@@ -48,39 +49,6 @@ static void release_store(void *ctx)
     xsp_gpu_store_free(ctx);
 }
 
-/* Appends a record to the store (grows it); aborts when out of memory. */
-static xsp_gpu_rec *add_rec(xsp_gpu_store *s, uint8_t kind, const char *name, uint64_t start,
-                            uint64_t end, uint32_t corr)
-{
-    if (s->n_recs == s->cap_recs) {
-        s->cap_recs = s->cap_recs ? 2 * s->cap_recs : 64;
-        s->recs = realloc(s->recs, s->cap_recs * sizeof *s->recs);
-        if (!s->recs)
-            abort();
-    }
-    xsp_gpu_rec *r = &s->recs[s->n_recs++];
-    memset(r, 0, sizeof *r);
-    r->kind = kind;
-    r->start_ns = start;
-    r->end_ns = end;
-    r->correlation_id = corr;
-    r->name = xsp_strtab_intern(&s->names, name, strlen(name));
-    r->device = r->context = r->stream = XSP_GPU_NONE;
-    return r;
-}
-
-static void add_ext(xsp_gpu_store *s, uint64_t ext_id, uint32_t corr)
-{
-    if (s->n_ext == s->cap_ext) {
-        s->cap_ext = s->cap_ext ? 2 * s->cap_ext : 64;
-        s->ext = realloc(s->ext, s->cap_ext * sizeof *s->ext);
-        if (!s->ext)
-            abort();
-    }
-    s->ext[s->n_ext++] = (xsp_gpu_ext){.external_id = ext_id, .external_kind = 5,
-                                       .correlation_id = corr};
-}
-
 static xsp_gpu_store *store;
 static uint32_t corr = 100, tid;
 static uint64_t gpu_free;        /* when the stream is free again */
@@ -96,11 +64,11 @@ static void launch(const char *api, uint8_t kind, const char *name, uint64_t dur
 {
     uint64_t t = xsp_clock_ns();
     uint32_t c = corr++;
-    add_ext(store, last_pushed, c);
-    xsp_gpu_rec *r = add_rec(store, XSP_KIND_RUNTIME, api, t, t + 2000, c);
+    fill_ext(store, last_pushed, 5, c);
+    xsp_gpu_rec *r = fill_rec(store, XSP_KIND_RUNTIME, api, t, t + 2000, c);
     r->u.api.tid = tid;
     uint64_t g = t + 5000 > gpu_free ? t + 5000 : gpu_free;
-    r = add_rec(store, kind, name, g, g + dur_ns, c);
+    r = fill_rec(store, kind, name, g, g + dur_ns, c);
     r->device = 0;
     r->stream = 7;
     if (kind == XSP_KIND_KERNEL) {
@@ -159,12 +127,12 @@ int main(int argc, char **argv)
         /* the host waits for the stream: a synchronisation record under its call */
         uint64_t t = xsp_clock_ns();
         uint32_t c = corr++;
-        add_ext(store, step_ext, c);
+        fill_ext(store, step_ext, 5, c);
         uint64_t done = gpu_free > t + 1000 ? gpu_free : t + 1000;
-        xsp_gpu_rec *r = add_rec(store, XSP_KIND_RUNTIME, "cudaStreamSynchronize", t, done + 500,
+        xsp_gpu_rec *r = fill_rec(store, XSP_KIND_RUNTIME, "cudaStreamSynchronize", t, done + 500,
                                  c);
         r->u.api.tid = tid;
-        r = add_rec(store, XSP_KIND_SYNC, "Stream Synchronize", t + 100, done + 400, c);
+        r = fill_rec(store, XSP_KIND_SYNC, "Stream Synchronize", t + 100, done + 400, c);
         r->u.sync.type = 3;
         while (xsp_clock_ns() < done + 1000)
             ;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpu_fill.h"
 #include "core/clock.h"
 #include "core/recorder.h"
 #include "gpu/activity.h"
@@ -28,34 +29,6 @@ static void fake_push(uint64_t id)
 static void fake_pop(void)
 {
     depth--;
-}
-
-static xsp_gpu_rec *add_rec(xsp_gpu_store *s, uint8_t kind, const char *name, uint64_t start,
-                            uint64_t end, uint32_t corr)
-{
-    if (s->n_recs == s->cap_recs) {
-        s->cap_recs = s->cap_recs ? 2 * s->cap_recs : 16;
-        s->recs = realloc(s->recs, s->cap_recs * sizeof *s->recs);
-    }
-    xsp_gpu_rec *r = &s->recs[s->n_recs++];
-    memset(r, 0, sizeof *r);
-    r->kind = kind;
-    r->start_ns = start;
-    r->end_ns = end;
-    r->correlation_id = corr;
-    r->name = xsp_strtab_intern(&s->names, name, strlen(name));
-    r->device = r->context = r->stream = XSP_GPU_NONE;
-    return r;
-}
-
-static void add_ext(xsp_gpu_store *s, uint64_t ext_id, uint32_t kind, uint32_t corr)
-{
-    if (s->n_ext == s->cap_ext) {
-        s->cap_ext = s->cap_ext ? 2 * s->cap_ext : 16;
-        s->ext = realloc(s->ext, s->cap_ext * sizeof *s->ext);
-    }
-    s->ext[s->n_ext++] = (xsp_gpu_ext){.external_id = ext_id, .external_kind = kind,
-                                       .correlation_id = corr};
 }
 
 static const char *nm(const xsp_trace *t, uint32_t id)
@@ -124,11 +97,11 @@ int main(void)
 
     uint32_t tid = (uint32_t)syscall(SYS_gettid);
     /* aten::mm launches a kernel (corr 10) */
-    add_ext(s, ext_mm, 5, 10);
-    add_ext(s, 777, 0, 10);                                 /* another tool's kind: ignored */
-    xsp_gpu_rec *r = add_rec(s, XSP_KIND_RUNTIME, "cudaLaunchKernel", 1022, 1026, 10);
+    fill_ext(s, ext_mm, 5, 10);
+    fill_ext(s, 777, 0, 10);                                 /* another tool's kind: ignored */
+    xsp_gpu_rec *r = fill_rec(s, XSP_KIND_RUNTIME, "cudaLaunchKernel", 1022, 1026, 10);
     r->u.api.tid = tid;
-    r = add_rec(s, XSP_KIND_KERNEL, "gemm_kernel", 1100, 1300, 10);
+    r = fill_rec(s, XSP_KIND_KERNEL, "gemm_kernel", 1100, 1300, 10);
     r->device = 0;
     r->stream = 7;
     r->u.kernel.grid[0] = 64; r->u.kernel.grid[1] = 2; r->u.kernel.grid[2] = 1;
@@ -137,38 +110,38 @@ int main(void)
     r->u.kernel.smem_static = 1024;
     r->u.kernel.smem_dynamic = 2048;
     /* aten::add: a graph launch (corr 12) replaying two kernels, listed before their call */
-    r = add_rec(s, XSP_KIND_KERNEL, "graph_k1", 1400, 1410, 12);
+    r = fill_rec(s, XSP_KIND_KERNEL, "graph_k1", 1400, 1410, 12);
     r->device = 0; r->stream = 7; r->u.kernel.graph_id = 3; r->u.kernel.graph_node = 30;
     /* a mangled kernel name (as CUPTI reports them): demangled, once per distinct name */
-    r = add_rec(s, XSP_KIND_KERNEL, "_Z8graph_k2Pfi", 1420, 1430, 12);
+    r = fill_rec(s, XSP_KIND_KERNEL, "_Z8graph_k2Pfi", 1420, 1430, 12);
     r->device = 0; r->stream = 7; r->u.kernel.graph_id = 3; r->u.kernel.graph_node = 31;
-    add_ext(s, ext_add, 5, 12);
-    r = add_rec(s, XSP_KIND_RUNTIME, "cudaGraphLaunch", 1042, 1046, 12);
+    fill_ext(s, ext_add, 5, 12);
+    r = fill_rec(s, XSP_KIND_RUNTIME, "cudaGraphLaunch", 1042, 1046, 12);
     r->u.api.tid = tid;
     /* a copy launched under the region only (no op open): corr 11 */
-    add_ext(s, ext_region, 5, 11);
-    r = add_rec(s, XSP_KIND_DRIVER, "cuMemcpyHtoDAsync", 1052, 1054, 11);
+    fill_ext(s, ext_region, 5, 11);
+    r = fill_rec(s, XSP_KIND_DRIVER, "cuMemcpyHtoDAsync", 1052, 1054, 11);
     r->u.api.tid = tid;
-    r = add_rec(s, XSP_KIND_MEMCPY, "Memcpy HtoD", 1060, 1070, 11);
+    r = fill_rec(s, XSP_KIND_MEMCPY, "Memcpy HtoD", 1060, 1070, 11);
     r->device = 0; r->stream = 0; r->u.copy.bytes = 4096; r->u.copy.copy_kind = 1;
     /* a stream synchronisation (corr 13) under the region */
-    add_ext(s, ext_region, 5, 13);
-    r = add_rec(s, XSP_KIND_RUNTIME, "cudaStreamSynchronize", 1072, 1078, 13);
+    fill_ext(s, ext_region, 5, 13);
+    r = fill_rec(s, XSP_KIND_RUNTIME, "cudaStreamSynchronize", 1072, 1078, 13);
     r->u.api.tid = tid;
-    r = add_rec(s, XSP_KIND_SYNC, "Stream Synchronize", 1073, 1077, 13);
+    r = fill_rec(s, XSP_KIND_SYNC, "Stream Synchronize", 1073, 1077, 13);
     r->u.sync.type = 3;
     /* a kernel whose launch was never seen (another thread, before the session): corr 99 */
-    r = add_rec(s, XSP_KIND_KERNEL, "orphan", 1500, 1510, 99);
+    r = fill_rec(s, XSP_KIND_KERNEL, "orphan", 1500, 1510, 99);
     r->device = 1; r->stream = 2;
     /* an id left on CUPTI's stack by an earlier session (other generation): not misattributed */
-    add_ext(s, ext_mm ^ (1ull << 32), 5, 15);
-    r = add_rec(s, XSP_KIND_RUNTIME, "cudaMemsetAsync", 1074, 1075, 15);
+    fill_ext(s, ext_mm ^ (1ull << 32), 5, 15);
+    r = fill_rec(s, XSP_KIND_RUNTIME, "cudaMemsetAsync", 1074, 1075, 15);
     r->u.api.tid = tid;
     /* one on another clock (a timestamp-callback mix-up: ~1e14 ns off): counted, not added */
-    r = add_rec(s, XSP_KIND_KERNEL, "offclock", 100000000000000ull, 100000000000100ull, 10);
+    r = fill_rec(s, XSP_KIND_KERNEL, "offclock", 100000000000000ull, 100000000000100ull, 10);
     r->device = 0; r->stream = 7;
     /* one CUPTI could not time */
-    r = add_rec(s, XSP_KIND_MEMSET, "Memset", 0, 0, 14);
+    r = fill_rec(s, XSP_KIND_MEMSET, "Memset", 0, 0, 14);
     r->flags = XSP_GPU_F_NO_TIME;
     s->dropped = 2;
 

@@ -5,6 +5,7 @@ plugin), torch.profiler traces read into xsp traces, the round trip, and hostile
 HTA and torch-tb-profiler are test tools (`make test` installs them, pinned); without
 XSP_TEST_TOOLS=1 the tests that need them skip, with it they fail when missing."""
 import collections
+import contextlib
 import gzip
 import json
 import os
@@ -177,8 +178,10 @@ HTA_METHODS = ["get_comm_comp_overlap", "get_cuda_kernel_launch_stats",
                "get_aten_op_kernels_and_delay"]
 
 
-def hta_run(path):
-    """{method: ("ok", result) or ("error", exception type name)} of HTA on one trace."""
+@contextlib.contextmanager
+def hta(path):
+    """HTA's TraceAnalysis of one trace file (rank 0, every step), its logging and warnings
+    quiet while in use."""
     tool("hta")
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
     import logging
@@ -188,20 +191,25 @@ def hta_run(path):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path),
-                               include_last_profiler_step=True)
-            out = {}
-            for name in HTA_METHODS:
-                try:
-                    out[name] = ("ok", getattr(ta, name)())
-                except Exception as exc:       # noqa: BLE001 -- HTA's own failures
-                    out[name] = ("error", type(exc).__name__)
-            df = ta.t.get_trace(0)
-            sym = ta.t.symbol_table.get_sym_table()
-            out["ops"] = collections.Counter(sym[i] for i in df[df["cat"].map(
-                lambda c: sym[c]) == "cpu_op"]["name"])
+            yield TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path),
+                                include_last_profiler_step=True)
     finally:
         logging.disable(logging.NOTSET)
+
+
+def hta_run(path):
+    """{method: ("ok", result) or ("error", exception type name)} of HTA on one trace."""
+    with hta(path) as ta:
+        out = {}
+        for name in HTA_METHODS:
+            try:
+                out[name] = ("ok", getattr(ta, name)())
+            except Exception as exc:       # noqa: BLE001 -- HTA's own failures
+                out[name] = ("error", type(exc).__name__)
+        df = ta.t.get_trace(0)
+        sym = ta.t.symbol_table.get_sym_table()
+        out["ops"] = collections.Counter(sym[i] for i in df[df["cat"].map(
+            lambda c: sym[c]) == "cpu_op"]["name"])
     return out
 
 
@@ -480,28 +488,16 @@ def test_gpu_events_and_flows(gpu_export):
 def test_hta_gpu_analyses_on_the_export(gpu_export):
     """HTA's GPU analyses on xsp's export equal what the xsp trace itself says (checked only
     on this synthetic trace: no GPU here)."""
-    tool("hta")
     tr, path = gpu_export
-    import logging
-    import warnings
-    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
-    from hta.trace_analysis import TraceAnalysis
-    logging.disable(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path),
-                               include_last_profiler_step=True)
-            by_type, by_name = ta.get_gpu_kernel_breakdown(visualize=False)
-            temporal = ta.get_temporal_breakdown(visualize=False)
-            launch = ta.get_cuda_kernel_launch_stats(visualize=False)[0]
-            bw = ta.get_memory_bw_summary()
-            idle = ta.get_idle_time_breakdown(visualize=False)[0]
-            queue = ta.get_queue_length_summary()
-            aten = ta.get_aten_op_kernels_and_delay()[0]
-            steps = ta.get_profiler_steps()
-    finally:
-        logging.disable(logging.NOTSET)
+    with hta(path) as ta:
+        by_type, by_name = ta.get_gpu_kernel_breakdown(visualize=False)
+        temporal = ta.get_temporal_breakdown(visualize=False)
+        launch = ta.get_cuda_kernel_launch_stats(visualize=False)[0]
+        bw = ta.get_memory_bw_summary()
+        idle = ta.get_idle_time_breakdown(visualize=False)[0]
+        queue = ta.get_queue_length_summary()
+        aten = ta.get_aten_op_kernels_and_delay()[0]
+        steps = ta.get_profiler_steps()
     df = tr.to_pandas()
     gpu = df[df["kind"].isin(["kernel", "memcpy"])]
     want = gpu.groupby("name")["duration_ns"].sum() / 1000
