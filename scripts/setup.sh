@@ -51,6 +51,10 @@ if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
     "$VPY" -m pip install -q --no-deps "HolisticTraceAnalysis==0.5.0" "torch-tb-profiler==0.4.3"
     "$VPY" -m pip install -q "networkx==3.6.1" "plotly==7.1.0" "pydot==4.0.1" \
         "psutil==7.2.2" "PyYAML==6.0.4"
+    # OpenTelemetry for tests/py/test_otlp.py: xsp's `otlp` extra, pinned
+    "$VPY" -m pip install -q "opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2" \
+        "opentelemetry-exporter-otlp-proto-http==1.45.2" "opentelemetry-proto==1.45.2" \
+        "protobuf==7.36.2"
     CHROMIUM_PIN=${CHROMIUM_PIN:-156.0.8078.114-1~deb12u1}
     if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
         :

@@ -71,15 +71,27 @@ def _write(trace, f, pid, note, t0, parents):
     f.write('{"displayTimeUnit":"ns","otherData":')
     f.write(_dumps({"xsp": other}))
     f.write(',"traceEvents":[\n')
-    f.write(_dumps({"ph": "M", "name": "process_name", "pid": pid,
-                    "args": {"name": "xsp: %s" % (trace.meta.get("region", "trace"),)}}))
-    for tid, name, _kind in trace.threads:
+    from .kineto import thread_pids
+    pids = thread_pids(trace, pid)
+    first = True
+    for p in sorted(set(pids)) or [pid]:
+        if not first:
+            f.write(",\n")
+        first = False
+        label = "xsp: %s" % (trace.meta.get("region", "trace"),)
+        if "ranks" in trace.meta:
+            r = [name.split(":", 1)[0] for (_, name, _), q in zip(trace.threads, pids)
+                 if q == p and isinstance(name, str) and name.startswith("rank ")]
+            label += " (%s)" % r[0] if r else ""
+        f.write(_dumps({"ph": "M", "name": "process_name", "pid": p, "args": {"name": label}}))
+    for (tid, name, _kind), p in zip(trace.threads, pids):
         f.write(",\n")
-        f.write(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+        f.write(_dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": tid,
                         "args": {"name": name or "thread %d" % tid}}))
     names = [_dumps(s) for s in trace.strings]
     cats = [_dumps("%s.%s" % (lv, k)) for lv in LEVELS for k in KINDS]
     tids = [t[0] for t in trace.threads]
+    tpids = pids
     start = trace.start_ns.view(np.uint64).tolist()
     end = trace.end_ns.view(np.uint64).tolist()
     name, kind, level = trace.name_codes, trace.kind_codes, trace.level_codes
@@ -97,7 +109,8 @@ def _write(trace, f, pid, note, t0, parents):
         if parents[i] >= 0:
             args["parent"] = int(parents[i])
         f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
-                '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]], pid,
+                '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]],
+                                tpids[thread[i]],
                                 tids[thread[i]], _us(start[i] - t0),
                                 _us(end[i] - start[i]), _dumps(args)))
     f.write("\n]}\n")

@@ -5,6 +5,7 @@
     xsp run --schedule wait=1,warmup=1,active=3,repeat=2 [...] train.py   (one file per cycle)
     xsp summary trace.xsp [--top N] [--sort self|total|calls|mean|gpu|gpu_self] [--tree DEPTH]
     xsp export trace.xsp -o trace.json            (Chrome trace JSON, for Perfetto)
+    xsp export trace.xsp --format otlp --endpoint http://localhost:4318/v1/traces
     xsp report trace.xsp -o report.html           (the self-contained HTML report)
     xsp compare before.xsp after.xsp [--top N] [--fail-above PCT]
 
@@ -79,11 +80,21 @@ def _parser():
                         "--tree DEPTH: down to DEPTH)")
 
     e = sub.add_parser("export", help="convert a saved trace: Chrome trace JSON (Perfetto "
-                       "first), or Kineto's JSON (torch.profiler's, for HTA and TensorBoard)")
+                       "first), Kineto's JSON (torch.profiler's, for HTA and TensorBoard), or "
+                       "OpenTelemetry spans (sent over OTLP/HTTP, or OTLP/JSON for Jaeger)")
     e.add_argument("trace")
-    e.add_argument("-o", "--output", required=True, help="file to write (.gz: compressed, "
-                   "kineto only)")
-    e.add_argument("--format", choices=["chrome", "kineto"], default="chrome")
+    e.add_argument("-o", "--output", help="file to write (.gz: compressed, kineto only); "
+                   "required but for --format otlp")
+    e.add_argument("--format", choices=["chrome", "kineto", "otlp", "otlp-json"],
+                   default="chrome")
+    e.add_argument("--endpoint", metavar="URL", help="otlp: the collector's OTLP/HTTP traces "
+                   "URL, e.g. http://localhost:4318/v1/traces")
+    e.add_argument("--service", default="xsp", help="otlp: resource service.name (default "
+                   "xsp)")
+    e.add_argument("--trace-per", choices=["profile", "step"], default="profile",
+                   help="otlp: one trace id for the whole profile (default) or one per step")
+    e.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="otlp: give up after this long, retries included (default 10)")
 
     h = sub.add_parser("report", help="write the self-contained HTML report of a saved trace")
     h.add_argument("trace")
@@ -98,6 +109,14 @@ def _parser():
     c.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit with status 3 when the step latency got slower beyond noise by "
                    "more than PCT percent (for CI)")
+
+    g = sub.add_parser("merge", help="one trace of a distributed job from its ranks' traces, "
+                       "on rank 0's clock (docs/distributed.md)")
+    g.add_argument("traces", nargs="+", help="one trace per rank (.xsp or Kineto JSON)")
+    g.add_argument("-o", "--output", required=True, help="the merged .xsp file to write")
+    g.add_argument("--allow-missing", action="store_true",
+                   help="merge even when some ranks of the world size are missing")
+    g.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     return p
 
 
@@ -169,6 +188,10 @@ def _run(ns):
     sched = _parse_schedule(ns.schedule) if ns.schedule is not None else None
     out = ns.output or (os.path.splitext(label)[0] if not ns.module
                         else ns.target.rsplit(".", 1)[-1]) + ".xsp"
+    rank = _launcher_rank()
+    if rank is not None:
+        # under torchrun every rank runs this command line: one set of files per rank
+        out, ns.chrome, ns.html = (_ranked(p, rank) for p in (out, ns.chrome, ns.html))
     # absolute now: the script may change the working directory
     paths = {opt: os.path.abspath(p) for opt, p in (("-o", out), ("--chrome", ns.chrome),
                                                     ("--html", ns.html)) if p}
@@ -268,6 +291,23 @@ def _parse_schedule(text):
         raise _Fail("--schedule: %s" % str(exc).replace("xsp.schedule: ", "")) from None
 
 
+def _launcher_rank():
+    """This process's rank when a launcher (torchrun) runs several (WORLD_SIZE > 1), else
+    None."""
+    r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if r.isdigit() and w.isdigit() and int(w) > 1:
+        return int(r)
+    return None
+
+
+def _ranked(path, rank):
+    """run.xsp -> run.rank3.xsp (None stays None)."""
+    if path is None:
+        return None
+    stem, ext = os.path.splitext(path)
+    return "%s.rank%d%s" % (stem, rank, ext)
+
+
 class _CycleWriter:
     """xsp run --schedule: on_trace_ready, writing each cycle's files as it is delivered (so a
     long job keeps one trace at a time): <out> when the schedule has a single cycle (repeat=1),
@@ -351,7 +391,16 @@ def _summary(ns):
     if sort.startswith("gpu") and "G" not in str(trace.meta.get("levels", "")):
         raise _Fail("--sort %s: %s has no GPU times (level G was not recorded)"
                     % (ns.sort, ns.trace))
-    sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
+    if "ranks" in trace.meta:       # a merged job: the ranks, then each rank's report
+        from . import distributed
+        sys.stdout.write(distributed.text(trace))
+        job, ranks = trace, [int(r) for r in str(trace.meta["ranks"]).split(",")]
+        for r in ranks:
+            trace = distributed.rank_trace(job, r)
+            sys.stdout.write("\n== rank %d ==\n" % r)
+            sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
+    else:
+        sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
     if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
         sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
     elif ns.tree is not None:
@@ -365,11 +414,49 @@ def _summary(ns):
 
 def _export(ns):
     from . import chrome
+    if ns.format == "otlp" and not ns.endpoint:
+        raise _Fail("--format otlp needs --endpoint URL (the collector's OTLP/HTTP traces URL, "
+                    "e.g. http://localhost:4318/v1/traces)")
+    if ns.format != "otlp" and not ns.output:
+        raise _Fail("--format %s needs -o FILE" % ns.format)
+    if ns.format == "otlp" and ns.output:
+        raise _Fail("--format otlp sends to --endpoint and writes no file: leave out -o (or "
+                    "use --format otlp-json -o FILE)")
+    if ns.format.startswith("otlp"):
+        if ns.endpoint and ns.format != "otlp":
+            raise _Fail("--endpoint is for --format otlp (otlp-json writes -o FILE)")
+        if not 0 < ns.timeout < float("inf"):
+            raise _Fail("--timeout must be a number of seconds > 0, not %s" % ns.timeout)
+        return _export_otlp(ns, _load(ns.trace))
     trace = _load(ns.trace)
     if ns.format == "kineto":
         _write("Kineto trace", trace.to_kineto, ns.output)
     else:
         _write("Chrome trace", lambda p: chrome.write(trace, p), ns.output)
+    return 0
+
+
+def _export_otlp(ns, trace):
+    """--format otlp (send to --endpoint) and otlp-json (write -o): one line says what was
+    done; a wall-clock anchor estimated at export is a warning line."""
+    import warnings
+    from . import otlp
+    opts = {"service": ns.service, "trace_per": ns.trace_per}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if ns.format == "otlp":
+                n = otlp.send(trace, ns.endpoint, timeout=ns.timeout, **opts)
+            else:
+                _write("OTLP JSON", lambda p: otlp.write_json(trace, p, **opts), ns.output)
+        except (ImportError, ValueError, TypeError, otlp.ExportError) as exc:
+            raise _Fail(str(exc).replace("\n", " ")) from None
+    for w in caught:
+        sys.stderr.write("xsp: warning: %s\n" % w.message)
+    if ns.format == "otlp":
+        sys.stdout.write("sent %d spans to %s\n" % (n, ns.endpoint))
+    else:
+        sys.stdout.write("wrote %d spans as OTLP JSON to %s\n" % (len(trace), ns.output))
     return 0
 
 
@@ -409,12 +496,26 @@ def _compare(ns):
     return 0
 
 
+def _merge(ns):
+    from . import distributed
+    traces = [_load(p) for p in ns.traces]
+    try:
+        job = distributed.merge(traces, allow_missing=ns.allow_missing, names=ns.traces)
+    except distributed.MergeError as exc:
+        raise _Fail(str(exc)) from None
+    _write("merged trace", job.save, ns.output)
+    if not ns.quiet:
+        sys.stdout.write(distributed.text(job))
+        sys.stdout.write("merged: %s\n" % ns.output)
+    return 0
+
+
 def main(argv=None):
     """Entry point of `xsp` and `python -m xsp`; returns the exit status."""
     ns = _parser().parse_args(argv)
     try:
         return {"run": _run, "summary": _summary, "export": _export, "report": _report,
-                "compare": _compare}[ns.cmd](ns)
+                "compare": _compare, "merge": _merge}[ns.cmd](ns)
     except _Fail as exc:
         sys.stderr.write("xsp: error: %s\n" % exc)
         return 1

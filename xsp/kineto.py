@@ -85,6 +85,23 @@ def _dumps(v):
         return json.dumps(_clean(v), ensure_ascii=False, allow_nan=False)
 
 
+def thread_pids(trace, pid):
+    """Per track of trace, the process id to write it under: pid, except in a merged job
+    (meta ranks) where a track named "rank R: ..." belongs to rank R's process (meta
+    rank<R>.pid; R itself when that is missing, so that ranks stay apart)."""
+    out = []
+    merged = "ranks" in trace.meta
+    for tid, name, kind in trace.threads:
+        p = pid
+        if merged and isinstance(name, str) and name.startswith("rank "):
+            head = name[5:].split(":", 1)[0]
+            if head.isdigit():
+                v = trace.meta.get("rank%s.pid" % head)
+                p = v if isinstance(v, int) and v >= 0 else int(head)
+        out.append(p)
+    return out
+
+
 def _module_names(trace, kinds, attrs):
     """For model and module spans: (python function name, Python module id): the name as
     torch's with_modules writes it, 'nn.Module: <Type>_<n>' with n the module's number among
@@ -153,11 +170,12 @@ def _events_text(trace, base_ns, leveled):
     # CPU threads by OS id; GPU tracks (tid = device << 32 | stream) on the device's process
     cpu_rank = {}
     track = []
+    pids = thread_pids(trace, pid)
     for i, (tid, tname, tkind) in enumerate(threads):
         if tkind == 1:
             track.append((tid >> 32, tid & 0xFFFFFFFF))
         else:
-            track.append((pid, tid))
+            track.append((pids[i], tid))
             if tkind == 0:
                 cpu_rank.setdefault(tid, len(cpu_rank) + 1)
     # External ids: one per CPU event, in trace order (the read ones kept)
@@ -203,12 +221,20 @@ def _events_text(trace, base_ns, leveled):
     t0 = min(start) if n else base_ns
     first_ts = _us(t0 - base_ns)
     # process and thread names, as Kineto writes them
-    ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-               "args": {"name": "python"}})
-    ev.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
-               "args": {"labels": "CPU"}})
-    ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-               "args": {"sort_index": pid}})
+    cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
+    rank_of_pid = {}
+    if "ranks" in meta:
+        for p_, (_, tname, _) in zip(pids, threads):
+            if isinstance(tname, str) and tname.startswith("rank "):
+                rank_of_pid.setdefault(p_, tname[5:].split(":", 1)[0])
+    for cp in cpu_pids:
+        ev.append({"ph": "M", "name": "process_name", "pid": cp, "tid": 0,
+                   "args": {"name": "python" if cp not in rank_of_pid else
+                            "rank %s" % rank_of_pid[cp]}})
+        ev.append({"ph": "M", "name": "process_labels", "pid": cp, "tid": 0,
+                   "args": {"labels": "CPU"}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": cp, "tid": 0,
+                   "args": {"sort_index": cp}})
     for d in gpus:
         ev.append({"ph": "M", "name": "process_name", "pid": int(d), "tid": 0,
                    "args": {"name": "python"}})

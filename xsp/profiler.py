@@ -283,6 +283,11 @@ class profile(_core.Session):
     on_trace_ready: with a schedule, called as on_trace_ready(prof) once each cycle's trace is
         prof.trace, before the next cycle starts; what it raises is raised from step() (or at
         the block's end) once the profile is consistent.
+    clock_sync: in a distributed job, exchange clock samples with rank 0 right before
+        recording starts and right after it stops, for xsp.merge (docs/distributed.md).  None
+        (default): when torch.distributed is initialised with more than one rank; then every
+        rank must enter and leave the profile (the exchange is collective): pass False when
+        only some ranks profile.
     Only one profile records at a time; starting a second raises SessionActiveError (with a
     schedule: during the whole block, recording or not).
 
@@ -296,7 +301,8 @@ class profile(_core.Session):
 
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
-                 profile_memory=False, model=None, schedule=None, on_trace_ready=None):
+                 profile_memory=False, model=None, schedule=None, on_trace_ready=None,
+                 clock_sync=None):
         levels = parse_levels(levels)
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
@@ -343,6 +349,12 @@ class profile(_core.Session):
         names[threading.get_native_id()] = threading.current_thread().name
         from ._version import __version__
         meta = {"xsp_version": __version__}
+        meta.update(_process_meta(torch))
+        # the clock exchange with rank 0 before and after recording (xsp/distributed.py): by
+        # default whenever torch.distributed runs more than one rank when recording starts
+        self._clock_sync = None if clock_sync is None else bool(clock_sync)
+        self._meta = meta           # the dict the session reads at stop (start samples go in)
+        self._torch_mod = torch
         if torch is not None:
             meta["torch_version"] = str(torch.__version__)
         if model is not None:       # what was asked, so that a report can say it matched
@@ -402,9 +414,38 @@ class profile(_core.Session):
             self._wrapped[:] = [(data, tr)]
         return tr
 
-    # -- starting and stopping: __enter__ and __exit__ are the C type's ------------------------
+    # -- starting and stopping: one C call each (the C type's _start, _stop, __enter__ and
+    # __exit__); in a distributed job the clock exchange runs before the start and after the
+    # stop, outside the recording (docs/distributed.md)
+    def _sync_start(self):
+        if self._state != "new":
+            return
+        from . import distributed
+        if distributed.active():        # initialised since the profile was made: rank now
+            self._meta.update(_process_meta(self._torch_mod))
+        if distributed.active() if self._clock_sync is None else self._clock_sync:
+            self._meta.update(distributed.start_meta(_core.now))
+        elif "rank" in self._meta:
+            self._meta["clock.sync"] = "same host" if self._clock_sync is None else "off"
+
+    def _sync_stop(self):
+        # only after a start exchange: every rank then comes here too (SPMD)
+        if self._meta.get("clock.sync") == "process group" and self._data is not None:
+            from . import distributed
+            self._data._add_meta(distributed.stop_meta(_core.now, self._meta["job_id"]))
+
+    def __enter__(self):
+        self._sync_start()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        suppress = super().__exit__(*exc)
+        self._sync_stop()
+        return suppress
+
     def start(self):
         """Starts recording (what `with` does on entry)."""
+        self._sync_start()
         self._start()
 
     def stop(self):
@@ -412,6 +453,7 @@ class profile(_core.Session):
         way: a KeyboardInterrupt between a start() and its stop() leaves the profile
         recording).  Must run on the thread that started the profile."""
         self._stop()
+        self._sync_stop()
         return self.trace
 
     def step(self):
@@ -442,6 +484,41 @@ class profile(_core.Session):
 
     def __repr__(self):
         return "<xsp.profile levels=%s %s>" % (self.levels, self._state)
+
+
+def _process_meta(torch):
+    """What places the trace among a job's processes: host, the wall-clock offset of the
+    monotonic clock (wall - monotonic ns: the session clock is monotonic), and, in a
+    distributed job, rank, world_size, local_rank and backend: from torch.distributed when it
+    is initialised, else from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, as
+    torchrun sets them; meta rank_source says which).  docs/distributed.md."""
+    import socket
+    import time
+    meta = {"host": socket.gethostname(),
+            "clock.wall_offset_ns": time.time_ns() - time.monotonic_ns()}
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        ready = dist is not None and dist.is_available() and dist.is_initialized()
+    except Exception:               # a broken build: treat as not distributed
+        ready = False
+    env = os.environ
+    if ready:
+        meta["rank"] = int(dist.get_rank())
+        meta["world_size"] = int(dist.get_world_size())
+        try:
+            meta["backend"] = str(dist.get_backend())
+        except Exception:
+            pass
+        meta["rank_source"] = "torch.distributed"
+    elif env.get("RANK", "").isdigit() and env.get("WORLD_SIZE", "").isdigit():
+        meta["rank"] = int(env["RANK"])
+        meta["world_size"] = int(env["WORLD_SIZE"])
+        meta["rank_source"] = "environment"
+    if "rank" in meta and env.get("LOCAL_RANK", "").isdigit():
+        meta["local_rank"] = int(env["LOCAL_RANK"])
+    if "rank" in meta and env.get("TORCHELASTIC_RUN_ID"):
+        meta["job"] = env["TORCHELASTIC_RUN_ID"]
+    return meta
 
 
 def _model_label(m):

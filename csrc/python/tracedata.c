@@ -363,7 +363,38 @@ static PyObject *td_check(xsp_TraceDataObject *self, PyObject *Py_UNUSED(ignored
     Py_RETURN_NONE;
 }
 
+/* _add_meta(dict): adds (or replaces) meta entries of a trace that nobody has read yet.  Only
+ * the profile calls it, in its __exit__/stop, between the C stop and handing the trace out
+ * (the clock samples taken after recording stopped, docs/distributed.md): a TraceData is
+ * otherwise never changed.  Meta is not part of the span views, so no exported buffer goes
+ * stale.  Raises TypeError for a key that is not a str or a value that is not an int, float
+ * or str; MemoryError; entries before the failing one stay added. */
+static PyObject *td_add_meta(xsp_TraceDataObject *self, PyObject *arg)
+{
+    if (!PyDict_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "_add_meta: a dict, not %s", Py_TYPE(arg)->tp_name);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(arg, &pos, &k, &v)) {
+        if (!PyUnicode_Check(k))
+            return PyErr_Format(PyExc_TypeError, "_add_meta: keys must be str, not %s",
+                                Py_TYPE(k)->tp_name);
+        const char *key = PyUnicode_AsUTF8(k);
+        if (!key)
+            return NULL;
+        int rc = xsp_py_set_meta(self->trace, key, v);
+        if (rc == XSP_PY_TYPE)
+            return PyErr_Format(PyExc_TypeError, "_add_meta: meta[%R] must be an int, float or "
+                                "str, not %s", k, Py_TYPE(v)->tp_name);
+        if (rc != 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef td_methods[] = {
+    {"_add_meta", (PyCFunction)td_add_meta, METH_O,
+     "_add_meta(dict): the profile's post-stop meta (clock samples); nobody else calls it."},
     {"span_layout", (PyCFunction)td_span_layout, METH_NOARGS,
      "(itemsize, ((field, offset, size), ...)) of the span array this object exports through "
      "the buffer protocol."},

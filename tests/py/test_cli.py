@@ -163,7 +163,7 @@ def test_script_status_and_failure_keep_the_trace(tmp_path):
     (["run", "nope.py"], 1, "xsp: error: no such script: nope.py"),
     (["summary", "t.xsp", "--top", "0"], 1, "xsp: error: --top must be at least 1"),
     (["frob"], 2, "xsp: error: argument COMMAND: invalid choice: 'frob'"),
-    (["export", "t.xsp"], 2, "xsp: error: the following arguments are required: -o/--output"),
+    (["export", "t.xsp"], 1, "xsp: error: --format chrome needs -o FILE"),
     ([], 2, "xsp: error: the following arguments are required: COMMAND"),
 ])
 def test_errors_are_one_line(argv, status, message, tmp_path, capsys, monkeypatch):

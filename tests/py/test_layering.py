@@ -29,6 +29,10 @@ LAYERS = {
     "trace": 1,
     # L2: analyses and exporters, over the public API of Trace and Span
     "analysis": 2, "chrome": 2, "compare": 2,
+    # distributed: clock samples (profiler calls them), merging ranks, analyses across ranks
+    "distributed": 2,
+    # otlp builds OpenTelemetry spans from a Trace (the SDK is imported inside its functions)
+    "otlp": 2,
     # _html draws a Trace's timeline and tree for the reports: a helper of the data layer
     # (it imports only trace and _util; test_the_graph_is_read checks)
     "_html": 2,
@@ -49,7 +53,8 @@ SAME_LAYER = {("errors", "_core"), ("kineto", "_core"), ("kineto", "_util"),
               ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli")}
 # the modules above the data layer that must not touch a Trace's or Span's private members
 # (profiler.py builds the Trace and is checked by the layer rule only)
-PUBLIC_API_ONLY = ("analysis", "chrome", "compare", "_html", "report", "leveled", "cli", "demo")
+PUBLIC_API_ONLY = ("analysis", "chrome", "otlp", "compare", "_html", "report", "leveled", "cli",
+                   "demo")
 
 
 def _sources():

@@ -1,0 +1,47 @@
+"""A small distributed job for tests/py/test_distributed.py: WORLD gloo processes on this
+host, each profiling STEPS steps of a multiply and an all_reduce at level ML; rank SLOW
+sleeps SLEEP seconds before each all_reduce (the straggler).  Each rank saves
+OUT/rank<r>.xsp.
+
+    python dist_worker.py OUT WORLD SLOW SLEEP [STEPS]
+"""
+import os
+import socket
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(rank, world, out, slow, sleep, steps, port):
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import xsp
+    x = torch.ones(1000)
+    with xsp.profile(levels="ML") as prof:
+        for _ in range(steps):
+            y = x * 2
+            if rank == slow:
+                time.sleep(sleep)
+            dist.all_reduce(y)
+            prof.step()
+    prof.trace.save(os.path.join(out, "rank%d.xsp" % rank))
+    dist.destroy_process_group()
+
+
+def main(argv):
+    import torch.multiprocessing as mp
+    out, world, slow, sleep = argv[0], int(argv[1]), int(argv[2]), float(argv[3])
+    steps = int(argv[4]) if len(argv) > 4 else 3
+    mp.spawn(run, args=(world, out, slow, sleep, steps, free_port()), nprocs=world)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,576 @@
+"""Beyond one process: clock samples between ranks, merging the ranks' traces into one, and
+the analyses across ranks (docs/distributed.md).
+
+Clock alignment, NTP-style.  When torch.distributed is initialised with more than one rank,
+a profile exchanges clock samples with rank 0 right before recording starts and right after
+it stops (outside the recording: the exchange's own ops are not in the trace).  Rank r and
+rank 0 do ROUNDS round trips over the process group (CPU tensors; a gloo group is made once
+when the default group's backend is not gloo):
+
+    r reads t1, sends it; 0 reads t2 on receipt, t3, replies (t2, t3); r reads t4
+    offset = ((t2 - t1) + (t3 - t4)) / 2      (rank 0's clock minus rank r's)
+    error  = ((t4 - t1) - (t3 - t2)) / 2      (the true offset lies within offset ± error)
+
+and keeps the round trip with the smallest error.  The start and stop samples give the offset
+at both ends; the merge shifts every span of rank r by the offset interpolated linearly
+between them (the drift).  Rank 0 also draws a job id and sends it to every rank, so that
+traces of different jobs are never merged.  Without a process group, ranks on one host share
+CLOCK_MONOTONIC (offset 0, "same host"); ranks on several hosts without samples cannot be
+aligned, and the merge says so.
+
+Every rank must enter and leave the profile (SPMD, as the training loop itself does): the
+exchange is collective.  Pass clock_sync=False to xsp.profile when only some ranks profile.
+"""
+import os
+import random
+
+ROUNDS = 8
+_GLOO = {}          # the gloo group made for the exchange, per default group
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+def active():
+    """True when torch.distributed is initialised with more than one rank."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        dist = torch.distributed
+        return bool(dist.is_available() and dist.is_initialized() and
+                    dist.get_world_size() > 1)
+    except Exception:
+        return False
+
+
+def _group(dist):
+    """A process group that moves CPU tensors: the default one under gloo, else a gloo group
+    made once (collectively: every rank gets here in the same exchange)."""
+    if dist.get_backend() == "gloo":
+        return None
+    key = id(dist.distributed_c10d._get_default_group())
+    if key not in _GLOO:
+        _GLOO[key] = dist.new_group(backend="gloo")
+    return _GLOO[key]
+
+
+def exchange(now, rounds=ROUNDS, job=None):
+    """One exchange of clock samples with rank 0 (see the module docstring).  now: the clock
+    (xsp._core.now).  job: rank 0's job id to send (drawn when None).  Returns {"offset_ns",
+    "error_ns", "at_ns" (this rank's clock at the best sample's middle), "job"}; on rank 0
+    offset and error are 0.  Raises what torch.distributed raises."""
+    import torch
+    dist = _dist()
+    g = _group(dist)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0 and job is None:
+        job = random.getrandbits(62)
+    jt = torch.tensor([job if rank == 0 else 0], dtype=torch.int64)
+    dist.broadcast(jt, 0, group=g)
+    job = int(jt.item())
+    best = None
+    for peer in range(1, world):
+        if rank == 0:
+            for _ in range(rounds):
+                t1 = torch.zeros(1, dtype=torch.int64)
+                dist.recv(t1, peer, group=g)
+                t2 = now()
+                t3 = now()
+                dist.send(torch.tensor([t2, t3], dtype=torch.int64), peer, group=g)
+        elif rank == peer:
+            for _ in range(rounds):
+                t1 = now()
+                dist.send(torch.tensor([t1], dtype=torch.int64), 0, group=g)
+                reply = torch.zeros(2, dtype=torch.int64)
+                dist.recv(reply, 0, group=g)
+                t4 = now()
+                t2, t3 = int(reply[0]), int(reply[1])
+                offset = ((t2 - t1) + (t3 - t4)) / 2.0
+                error = ((t4 - t1) - (t3 - t2)) / 2.0
+                if best is None or error < best[1]:
+                    best = (offset, error, (t1 + t4) // 2)
+    if rank == 0:
+        t = now()
+        return {"offset_ns": 0.0, "error_ns": 0.0, "at_ns": t, "job": job}
+    return {"offset_ns": best[0], "error_ns": max(best[1], 0.0), "at_ns": best[2], "job": job}
+
+
+def start_meta(now):
+    """Meta entries from the exchange before recording: clock.sync, clock.offset_ns,
+    clock.error_ns, clock.at_ns, job_id; {"clock.sync": "same host" or "none"} without a
+    process group (the ranks of one host share the monotonic clock)."""
+    if not active():
+        return {"clock.sync": "none"}
+    s = exchange(now)
+    return {"clock.sync": "process group", "clock.offset_ns": float(s["offset_ns"]),
+            "clock.error_ns": float(s["error_ns"]), "clock.at_ns": int(s["at_ns"]),
+            "job_id": "%016x" % s["job"]}
+
+
+def stop_meta(now, job_id):
+    """Meta entries from the exchange after recording: clock.stop_offset_ns,
+    clock.stop_error_ns, clock.stop_at_ns ({} without a process group)."""
+    if not active():
+        return {}
+    s = exchange(now, job=int(job_id, 16) if job_id else None)
+    return {"clock.stop_offset_ns": float(s["offset_ns"]),
+            "clock.stop_error_ns": float(s["error_ns"]), "clock.stop_at_ns": int(s["at_ns"])}
+
+
+def offset_at(meta, t):
+    """The offset (ns, to add) that puts time t of the trace with this meta on rank 0's clock:
+    interpolated between the start and stop samples, the start sample alone without a stop
+    one, 0 without samples."""
+    if "clock.offset_ns" not in meta:
+        return 0.0
+    o0, t0 = float(meta["clock.offset_ns"]), int(meta["clock.at_ns"])
+    if "clock.stop_offset_ns" not in meta:
+        return o0
+    o1, t1 = float(meta["clock.stop_offset_ns"]), int(meta["clock.stop_at_ns"])
+    if t1 == t0:
+        return o0
+    return o0 + (o1 - o0) * (t - t0) / (t1 - t0)
+
+
+def error_ns(meta):
+    """The alignment error bound of a trace's clock (the larger of its two samples'), 0 for
+    rank 0 or a trace without samples."""
+    return max(float(meta.get("clock.error_ns", 0.0)), float(meta.get("clock.stop_error_ns",
+                                                                        0.0)))
+
+
+__all__ = ["active", "exchange", "start_meta", "stop_meta", "offset_at", "error_ns"]
+
+
+# -- merging the ranks' traces ----------------------------------------------------------------
+class MergeError(ValueError):
+    """Traces that cannot be merged into one job: .paths names the files concerned."""
+
+    def __init__(self, message, paths=()):
+        super().__init__(message)
+        self.paths = list(paths)
+
+
+def _label(src, i):
+    return src if isinstance(src, str) else "trace %d" % i
+
+
+def merge(sources, *, allow_missing=False, names=None):
+    """One trace of a distributed job from its ranks' traces (paths, .xsp or Kineto JSON, or
+    xsp.Trace objects), on rank 0's clock (docs/distributed.md, "Merging").
+
+    Each rank's spans are shifted by its clock offset to rank 0 (interpolated between the
+    start and stop samples), its region gets attribute rank, its threads are named
+    "rank R: <name>", and meta gets ranks (e.g. "0,1"), world_size, job_id, and per rank
+    rank<R>.pid, rank<R>.host, rank<R>.clock.offset_ns and rank<R>.clock.error_ns;
+    clock.aligned says how ("process group", "same host", or "no: ..." when ranks on several
+    hosts had no samples).  names: what to call the sources in messages (default: the paths,
+    or "trace N").  Raises MergeError naming the files for: a trace without a rank,
+    duplicate ranks, mixed world sizes, mixed jobs, and missing ranks (unless
+    allow_missing)."""
+    import numpy as np
+
+    from . import _core
+    from .trace import KINDS, Trace, load_any
+    items = []
+    for i, src in enumerate(sources):
+        tr = load_any(src) if isinstance(src, (str, os.PathLike)) else src
+        if not isinstance(tr, Trace):
+            raise TypeError("merge takes paths or xsp.Trace objects, not %s"
+                            % type(tr).__name__)
+        label = names[i] if names is not None else _label(
+            os.fspath(src) if isinstance(src, os.PathLike) else src, i)
+        items.append((label, tr))
+    if not items:
+        raise MergeError("merge needs at least one trace")
+    for name, tr in items:
+        if not isinstance(tr.meta.get("rank"), int):
+            raise MergeError("%s has no rank in its meta: not a trace of a distributed job "
+                             "(ranks come from torch.distributed or RANK/WORLD_SIZE)" % name,
+                             [name])
+    by_rank = {}
+    for name, tr in items:
+        r = tr.meta["rank"]
+        if r in by_rank:
+            raise MergeError("rank %d twice: %s and %s" % (r, by_rank[r][0], name),
+                             [by_rank[r][0], name])
+        by_rank[r] = (name, tr)
+    sizes = {}
+    for name, tr in items:
+        sizes.setdefault(tr.meta.get("world_size"), []).append(name)
+    if len(sizes) > 1:
+        raise MergeError("mixed world sizes: " + "; ".join(
+            "%s in %s" % (w, ", ".join(ns)) for w, ns in sizes.items()),
+            [n for ns in sizes.values() for n in ns])
+    world = next(iter(sizes))
+    jobs = {}
+    for name, tr in items:
+        jobs.setdefault(tr.meta.get("job_id", tr.meta.get("job")), []).append(name)
+    if len(jobs) > 1:
+        raise MergeError("mixed jobs: " + "; ".join(
+            "job %s: %s" % (j, ", ".join(ns)) for j, ns in jobs.items()),
+            [n for ns in jobs.values() for n in ns])
+    if isinstance(world, int):
+        missing = sorted(set(range(world)) - set(by_rank))
+        extra = sorted(r for r in by_rank if not 0 <= r < world)
+        if extra:
+            raise MergeError("rank %s outside world size %d: %s" % (
+                ", ".join(map(str, extra)), world, ", ".join(by_rank[r][0] for r in extra)),
+                [by_rank[r][0] for r in extra])
+        if missing and not allow_missing:
+            raise MergeError("ranks %s of %d are missing (have %s: %s)" % (
+                ", ".join(map(str, missing)), world, ", ".join(map(str, sorted(by_rank))),
+                ", ".join(by_rank[r][0] for r in sorted(by_rank))),
+                [by_rank[r][0] for r in sorted(by_rank)])
+    ranks = sorted(by_rank)
+    hosts = {by_rank[r][1].meta.get("host") for r in ranks}
+    synced = all(by_rank[r][1].meta.get("clock.sync") == "process group" for r in ranks)
+    if synced:
+        aligned = "process group"
+    elif len(hosts) <= 1:
+        aligned = "same host"
+    else:
+        aligned = "no: ranks on hosts %s without clock samples" % ", ".join(
+            sorted(str(h) for h in hosts))
+    # every rank's spans, shifted, then one sort by start (parents first on ties)
+    threads, meta, counters = [], {}, {}
+    cols = []
+    base = 0
+    for r in ranks:
+        name, tr = by_rank[r]
+        m = tr.meta
+        n = len(tr)
+        start = tr.start_ns.astype(np.int64)
+        end = tr.end_ns.astype(np.int64)
+        if synced:
+            shift_s = np.rint(_offsets(m, start)).astype(np.int64)
+            shift_e = np.rint(_offsets(m, end)).astype(np.int64)
+        else:
+            shift_s = shift_e = np.zeros(n, dtype=np.int64)
+        t_index = len(threads)
+        for tid, tname, tkind in tr.threads:
+            threads.append((tid, "rank %d: %s" % (r, tname or "thread %d" % tid), tkind))
+        cols.append((r, tr, start + shift_s, np.maximum(end + shift_e, start + shift_s),
+                     base, t_index))
+        base += n
+        meta["rank%d.pid" % r] = m.get("pid", -1) if isinstance(m.get("pid"), int) else -1
+        meta["rank%d.host" % r] = str(m.get("host", ""))
+        meta["rank%d.clock.offset_ns" % r] = float(m.get("clock.offset_ns", 0.0))
+        meta["rank%d.clock.error_ns" % r] = float(error_ns(m))
+        meta["rank%d.file" % r] = name
+        for k, v in tr.counters.items():
+            counters[k] = counters.get(k, 0) + int(v)
+    starts = np.concatenate([c[2] for c in cols]) if cols else np.zeros(0, np.int64)
+    if len(starts) and starts.min() < 0:
+        raise MergeError("a clock offset moves spans before time 0; the samples are wrong: "
+                         + ", ".join(by_rank[r][0] for r in ranks), [by_rank[r][0]
+                                                                     for r in ranks])
+    depth = np.concatenate([c[1].depth.astype(np.int64) for c in cols]) if cols else starts
+    order = np.lexsort((np.arange(len(starts)), depth, starts))
+    new_id = np.empty(len(order), dtype=np.int64)
+    new_id[order] = np.arange(len(order))
+    spans = []
+    region = KINDS.index("region")
+    for r, tr, st, en, b, t0 in cols:
+        par = tr.parent_ids
+        names = tr.strings
+        nc, lv, kd, th, fl = (tr.name_codes.tolist(), tr.level_codes.tolist(),
+                              tr.kind_codes.tolist(), tr.thread_index.tolist(),
+                              tr.flag_bits.tolist())
+        st_l, en_l, par_l = st.tolist(), en.tolist(), par.tolist()
+        for i in range(len(tr)):
+            a = tr.attrs_of(i)
+            for key in ("fwd_op", "api"):
+                if isinstance(a.get(key), int) and 0 <= a[key] < len(tr):
+                    a[key] = int(new_id[b + a[key]])
+            if kd[i] == region and par_l[i] < 0:
+                a["rank"] = r
+            p = par_l[i]
+            spans.append((int(new_id[b + i]), st_l[i], en_l[i],
+                          int(new_id[b + p]) if p >= 0 else -1, lv[i], kd[i], names[nc[i]],
+                          t0 + th[i], fl[i], a))
+    spans.sort(key=lambda s: s[0])
+    meta.update({"ranks": ",".join(map(str, ranks)), "world_size": world if isinstance(
+        world, int) else len(ranks), "clock.aligned": aligned, "merged": len(ranks),
+        "levels": "".join(lv for lv in "MLG" if all(
+            lv in str(by_rank[r][1].meta.get("levels", "")) for r in ranks)),
+        "region": "job of %d ranks" % len(ranks)})
+    j = next(iter(jobs))
+    if j is not None:
+        meta["job_id"] = str(j)
+    if len(ranks) and isinstance(by_rank[ranks[0]][1].meta.get("clock.wall_offset_ns"), int):
+        meta["clock.wall_offset_ns"] = by_rank[ranks[0]][1].meta["clock.wall_offset_ns"]
+    data = _core.build([s[1:] for s in spans], threads, meta, counters)
+    return Trace(data)
+
+
+def _offsets(meta, t):
+    """offset_at over an int64 array (vectorised)."""
+    import numpy as np
+    t = np.asarray(t, dtype=np.float64)
+    if "clock.offset_ns" not in meta:
+        return np.zeros(len(t))
+    o0, t0 = float(meta["clock.offset_ns"]), float(meta["clock.at_ns"])
+    if "clock.stop_offset_ns" not in meta or int(meta["clock.stop_at_ns"]) == int(t0):
+        return np.full(len(t), o0)
+    o1, t1 = float(meta["clock.stop_offset_ns"]), float(meta["clock.stop_at_ns"])
+    return o0 + (o1 - o0) * (t - t0) / (t1 - t0)
+
+
+# -- analyses across ranks --------------------------------------------------------------------
+import re as _re
+
+COMM = _re.compile(r"^(c10d::|gloo:|nccl:|nccl|record_param_comms|ProcessGroup)", _re.I)
+COMPUTE_KINDS = ("op", "backward", "kernel", "memcpy", "memset")
+
+
+def rank_of(trace):
+    """Per span, its rank: the attribute rank of its region (a merged trace), else the
+    trace's meta rank (or 0)."""
+    import numpy as np
+    from .trace import KINDS
+    n = len(trace)
+    out = np.full(n, int(trace.meta.get("rank", 0)) if isinstance(trace.meta.get("rank"), int)
+                  else 0, dtype=np.int64)
+    region = trace.kind_codes == KINDS.index("region")
+    ids, vals = trace.attr_column("rank")
+    if len(ids):
+        r_of = dict(zip(ids.tolist(), np.asarray(vals).tolist()))
+        top = trace.nearest_ancestor(region, include_self=True)
+        has = top >= 0
+        out[has] = [r_of.get(int(t), out[0]) for t in top[has]]
+    return out
+
+
+def _union(iv):
+    """Sorted disjoint intervals covering the (start, end) pairs of iv."""
+    out = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return out
+
+
+def _length(u):
+    return sum(e - s for s, e in u)
+
+
+def _intersection(a, b):
+    i = j = 0
+    total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _comm_mask(trace):
+    import numpy as np
+    names = np.array(trace.strings, dtype=object)[trace.name_codes]
+    return np.array([bool(COMM.match(n)) for n in names], dtype=bool)
+
+
+def collectives(trace):
+    """One row per collective call on each rank: name, index (its ordinal among that rank's
+    calls of the name), rank, start_ns, end_ns, duration_ns, wait_ns (how long this rank
+    waited for the last one to arrive: the latest start among the ranks minus its own), last
+    (this rank arrived last) and caused_ns (for the last one: the longest wait it caused,
+    the latest start minus the earliest; 0 for the others).  A collective is an outermost communication span (names
+    matching COMM: c10d::*, gloo:*, nccl:*, nccl kernels ...) of the kind the ranks share;
+    a call that some rank lacks has wait_ns NaN.  Times are on rank 0's clock (a merged
+    trace)."""
+    import numpy as np
+    import pandas as pd
+    from .trace import KINDS
+    comm = _comm_mask(trace)
+    outer = comm & (trace.nearest_ancestor(comm, include_self=False) < 0)
+    ranks = rank_of(trace)
+    names = np.array(trace.strings, dtype=object)[trace.name_codes]
+    rows = []
+    seen = {}
+    for i in np.nonzero(outer)[0].tolist():
+        if KINDS[trace.kind_codes[i]] in ("region", "step", "model"):
+            continue
+        key = (int(ranks[i]), names[i])
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        rows.append({"name": names[i], "index": k, "rank": int(ranks[i]),
+                     "start_ns": int(trace.start_ns[i]), "end_ns": int(trace.end_ns[i]),
+                     "duration_ns": int(trace.duration_ns[i])})
+    df = pd.DataFrame(rows, columns=["name", "index", "rank", "start_ns", "end_ns",
+                                     "duration_ns"])
+    all_ranks = sorted(set(ranks.tolist()))
+    wait = np.full(len(df), np.nan)
+    last = np.zeros(len(df), dtype=bool)
+    caused = np.zeros(len(df))
+    if len(df):
+        for _, g in df.groupby(["name", "index"]):
+            if sorted(g["rank"]) != all_ranks:
+                continue
+            st = g["start_ns"].to_numpy()
+            latest = st.max()
+            wait[g.index] = latest - st
+            j = g.index[st == latest][0]
+            last[j] = True
+            caused[j] = latest - st.min()
+    df["wait_ns"] = wait
+    df["last"] = last
+    df["caused_ns"] = caused
+    return df
+
+
+def ranks(trace):
+    """One row per rank of a merged trace (or the one rank of a single trace): rank, host,
+    steps, step_ns (mean step latency), step_std_ns (ddof 1), and per step the means of
+    comm_ns (time covered by communication spans), compute_ns (covered by other ops and GPU
+    work, outermost, every thread), overlap_ns (covered by both), wait_ns (waiting in
+    collectives for the last rank: collectives()' wait_ns summed), then last_arrivals (the
+    collectives this rank arrived last at) and straggler (the rank with the largest mean
+    step latency)."""
+    import numpy as np
+    import pandas as pd
+    from .trace import KINDS
+    kinds = np.array(KINDS, dtype=object)[trace.kind_codes]
+    rk = rank_of(trace)
+    comm = _comm_mask(trace)
+    comp_mask = np.isin(kinds, COMPUTE_KINDS) & ~comm
+    comp_outer = comp_mask & (trace.nearest_ancestor(comp_mask | comm, include_self=False) < 0)
+    comm_outer = comm & (trace.nearest_ancestor(comm, include_self=False) < 0)
+    coll = collectives(trace)
+    # one row per call the user made: c10d's ops when there are any (every backend's
+    # collectives go through them), not again the backend's own spans of the same call
+    if coll["name"].str.startswith("c10d::").any():
+        coll = coll[coll["name"].str.startswith("c10d::")]
+    rows = []
+    start, end = trace.start_ns, trace.end_ns
+    for r in sorted(set(rk.tolist())):
+        mine = rk == r
+        steps = np.nonzero(mine & (kinds == "step"))[0]
+        lat = trace.duration_ns[steps].astype(np.float64)
+        n = max(len(steps), 1)
+        cu = _union(list(zip(start[mine & comm_outer].tolist(), end[mine & comm_outer].tolist())))
+        pu = _union(list(zip(start[mine & comp_outer].tolist(), end[mine & comp_outer].tolist())))
+        c = coll[coll["rank"] == r]
+        host = trace.meta.get("rank%d.host" % r, trace.meta.get("host", ""))
+        rows.append({"rank": r, "host": host, "steps": len(steps),
+                     "step_ns": float(lat.mean()) if len(lat) else np.nan,
+                     "step_std_ns": float(lat.std(ddof=1)) if len(lat) > 1 else np.nan,
+                     "comm_ns": _length(cu) / n, "compute_ns": _length(pu) / n,
+                     "overlap_ns": _intersection(cu, pu) / n,
+                     "wait_ns": float(np.nansum(c["wait_ns"])) / n,
+                     "caused_ns": float(c["caused_ns"].sum()) / n,
+                     "last_arrivals": int(c["last"].sum())})
+    df = pd.DataFrame(rows, columns=["rank", "host", "steps", "step_ns", "step_std_ns",
+                                     "comm_ns", "compute_ns", "overlap_ns", "wait_ns",
+                                     "caused_ns", "last_arrivals"])
+    # the straggler: the rank the others wait for (the most waiting caused by arriving last
+    # at collectives); without collectives, the largest mean step
+    df["straggler"] = False
+    if len(df) > 1 and df["caused_ns"].max() > 0:
+        df.loc[df["caused_ns"].idxmax(), "straggler"] = True
+    elif len(df) > 1 and df["step_ns"].notna().any():
+        df.loc[df["step_ns"].idxmax(), "straggler"] = True
+    return df
+
+
+def text(trace):
+    """The cross-rank summary of a merged trace: how the clocks were aligned, a table per rank
+    and the straggler."""
+    from ._util import fmt_ns
+    df = ranks(trace)
+    m = trace.meta
+    out = ["xsp job: %s rank%s (world size %s), job %s" % (
+        m.get("merged", len(df)), "" if len(df) == 1 else "s", m.get("world_size", "?"),
+        m.get("job_id", "?"))]
+    err = max([float(m.get("rank%d.clock.error_ns" % r, 0.0)) for r in df["rank"]] or [0.0])
+    out.append("clocks: %s%s" % (m.get("clock.aligned", "?"),
+                                 "; aligned within %s" % fmt_ns(err) if
+                                 m.get("clock.aligned") == "process group" else ""))
+    head = ["rank", "host", "steps", "step", "± std", "compute", "comm", "overlap", "wait",
+            "caused", "last"]
+    rows = [head]
+    for _, r in df.iterrows():
+        rows.append([str(r["rank"]) + (" *" if r["straggler"] else ""), str(r["host"]),
+                     str(r["steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["step_std_ns"]),
+                     fmt_ns(r["compute_ns"]), fmt_ns(r["comm_ns"]), fmt_ns(r["overlap_ns"]),
+                     fmt_ns(r["wait_ns"]), fmt_ns(r["caused_ns"]), str(r["last_arrivals"])])
+    w = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    for x in rows:
+        out.append("  " + "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i])
+                                    for i, c in enumerate(x)))
+    out.append("(per step means; compute, comm and overlap: time covered on the rank's "
+               "threads; wait: in collectives, for the last rank to arrive; caused: the "
+               "waiting it caused by arriving last; last: collectives it arrived last at; "
+               "* the straggler: the rank the others wait for)")
+    if len(df) > 1 and df["straggler"].any():
+        s = df[df["straggler"]].iloc[0]
+        others = df[~df["straggler"]]
+        out.append("straggler: rank %d, last at %d of %d collectives, making the others wait "
+                   "up to %s per step (compute %s per step against their %s)" % (
+                       s["rank"], s["last_arrivals"], int(df["last_arrivals"].sum()),
+                       fmt_ns(s["caused_ns"]), fmt_ns(s["compute_ns"]),
+                       fmt_ns(others["compute_ns"].mean())))
+    return "\n".join(out) + "\n"
+
+
+__all__ += ["merge", "MergeError", "rank_of", "collectives", "ranks", "text", "COMM"]
+
+
+def rank_trace(trace, rank):
+    """One rank's spans of a merged trace as a trace of their own (times on rank 0's clock,
+    meta the job's plus rank), for the single-process analyses and reports.  ValueError when
+    the trace has no such rank."""
+    import numpy as np
+
+    from . import _core
+    from .trace import Trace
+    rk = rank_of(trace)
+    sel = np.nonzero(rk == rank)[0]
+    if not len(sel):
+        raise ValueError("no rank %r in this trace (ranks %s)" % (
+            rank, trace.meta.get("ranks", sorted(set(rk.tolist())))))
+    remap = np.full(len(trace), -1, dtype=np.int64)
+    remap[sel] = np.arange(len(sel))
+    used = sorted(set(trace.thread_index[sel].tolist()))
+    tmap = {t: i for i, t in enumerate(used)}
+    prefix = "rank %d: " % rank
+    threads = [(tid, name[len(prefix):] if name.startswith(prefix) else name, kind)
+               for tid, name, kind in (trace.threads[t] for t in used)]
+    spans = []
+    names = trace.strings
+    for i in sel.tolist():
+        a = trace.attrs_of(i)
+        for key in ("fwd_op", "api"):
+            if isinstance(a.get(key), int):
+                v = remap[a[key]] if 0 <= a[key] < len(trace) else -1
+                if v >= 0:
+                    a[key] = int(v)
+                else:
+                    del a[key]
+        p = int(trace.parent_ids[i])
+        spans.append((int(trace.start_ns[i]), int(trace.end_ns[i]),
+                      int(remap[p]) if p >= 0 else -1, int(trace.level_codes[i]),
+                      int(trace.kind_codes[i]), names[trace.name_codes[i]],
+                      tmap[int(trace.thread_index[i])], int(trace.flag_bits[i]), a))
+    meta = {k: v for k, v in trace.meta.items() if not k.startswith("rank") or k == "ranks"}
+    meta.update(rank=int(rank), pid=int(trace.meta.get("rank%d.pid" % rank, -1)),
+                host=str(trace.meta.get("rank%d.host" % rank, "")),
+                region=names[trace.name_codes[sel[0]]])
+    meta.pop("ranks", None)
+    meta.pop("merged", None)
+    return Trace(_core.build(spans, threads, meta, {}))
+
+
+__all__.append("rank_trace")

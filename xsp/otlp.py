@@ -1,0 +1,433 @@
+"""OpenTelemetry export: a trace as OTLP spans, sent over OTLP/HTTP (protobuf) to a collector
+(Jaeger, Tempo, an OpenTelemetry Collector) or written as OTLP/JSON (docs/format.md, "OTLP").
+
+The spans are made with the OpenTelemetry SDK (opentelemetry.sdk.trace.ReadableSpan), encoded
+by the SDK's own OTLP encoder and sent by its OTLPSpanExporter: xsp writes no protobuf of its
+own.  Those packages are an optional extra (`pip install xsp[otlp]`); importing this module
+never needs them, each function imports them when called and raises ImportError saying what to
+install when they are missing.
+
+The mapping, in short: every xsp span is one OTLP span (kind INTERNAL, status unset) with the
+xsp parent's span id as its parent span id; one trace id per profile, or one per step
+(trace_per="step": the spans under each step span share that step's trace id, a step span is
+the root of its trace and links to its xsp parent).  Ids are derived from one random 128-bit
+trace id (or the one given), so span ids are unique within an export and the same trace id
+gives the same ids.  Times are Unix-epoch ns: xsp's CLOCK_MONOTONIC ns plus the trace's meta
+clock.wall_offset_ns (wall - monotonic, recorded with the trace), or an offset estimated at
+export when the trace has none (resource attribute xsp.clock.wall_anchor says which).
+
+Nothing here changes or removes a local file: send() only reads the trace, and write_json()
+replaces its output path atomically.
+"""
+import hashlib
+import json
+import logging
+import math
+import numbers
+import secrets
+import socket
+import time
+import warnings
+
+from ._util import atomic_write, printable
+from ._version import __version__
+from .errors import XSPWarning
+from .trace import KINDS, LEVELS
+
+_INSTALL = "pip install xsp[otlp]"
+_TRACE_PER = ("profile", "step")
+# the loggers of the SDK's exporter and HTTP client, quieted during send(): what they would
+# log (each retry, the final failure) is in the ExportError instead
+_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                     "opentelemetry.exporter.otlp.common.http",
+                     "opentelemetry.exporter.otlp.proto.http._common")
+# span attributes xsp sets itself; an xsp attribute whose "xsp.<key>" is one of them becomes
+# "xsp.attr.<key>"
+_OWN = ("xsp.level", "xsp.kind", "xsp.span_id", "xsp.thread", "xsp.thread_name",
+        "xsp.module", "xsp.flags", "xsp.leveled_ns")
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+class ExportError(RuntimeError):
+    """An OTLP export that did not reach the collector, in whole or in part.
+
+    endpoint: the URL; sent: spans the collector acknowledged (whole batches, in order; the
+    batch that failed by timeout may still have reached it); total: spans of the export;
+    reason: what failed (connection refused, HTTP status, timeout).  The local trace is
+    untouched."""
+
+    def __init__(self, endpoint, sent, total, reason):
+        self.endpoint, self.sent, self.total, self.reason = endpoint, sent, total, reason
+        super().__init__("OTLP export to %s failed after %d of %d spans were sent: %s"
+                         % (endpoint, sent, total, reason))
+
+
+def _otel():
+    """The OpenTelemetry modules used here, or ImportError saying what to install."""
+    try:
+        from opentelemetry import trace as api
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    except ImportError as exc:
+        raise ImportError("OTLP export needs the OpenTelemetry packages (%s): %s"
+                          % (_INSTALL, exc)) from exc
+    return api, Resource, ReadableSpan, InstrumentationScope
+
+
+def _source(source, leveled):
+    """(trace, leveled) of an xsp.Trace or an xsp.Measurement (duck typed: .trace and
+    .leveled_ns()); leveled given explicitly wins over the measurement's."""
+    if hasattr(source, "trace") and callable(getattr(source, "leveled_ns", None)):
+        if leveled is None:
+            leveled = source.leveled_ns()
+        source = source.trace
+    if not all(hasattr(source, a) for a in ("start_ns", "end_ns", "parent_ids", "meta")):
+        raise TypeError("OTLP export takes an xsp.Trace or an xsp.Measurement, not %s"
+                        % type(source).__name__)
+    if leveled is not None and not hasattr(leveled, "get"):
+        raise TypeError("leveled must be a dict {span id: ns} (Measurement.leveled_ns()), "
+                        "not %s" % type(leveled).__name__)
+    return source, leveled or {}
+
+
+def wall_clock(trace):
+    """(offset_ns, anchor): what to add to the trace's span times to get Unix-epoch ns, and
+    where it comes from: "recorded" (meta clock.wall_offset_ns, wall - monotonic taken when
+    the trace was recorded), "kineto" (a trace read from Kineto's JSON, whose times are
+    already Unix-epoch: offset 0), or "estimated" (neither: time.time_ns() -
+    time.monotonic_ns() now, right only for a trace recorded on this machine since its last
+    boot and without a wall-clock step since).  Cannot fail."""
+    off = trace.meta.get("clock.wall_offset_ns")
+    if isinstance(off, int) and not isinstance(off, bool):
+        return off, "recorded"
+    if trace.meta.get("source") == "kineto":
+        return 0, "kineto"
+    return time.time_ns() - time.monotonic_ns(), "estimated"
+
+
+def _value(v):
+    """An xsp attribute or meta value as an OTLP attribute value (int64, double or string)."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, numbers.Integral):
+        v = int(v)
+        return v if _INT64[0] <= v < _INT64[1] else str(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    return printable(v if isinstance(v, str) else str(v))
+
+
+def _resource_attrs(trace, service, anchor, offset, extra):
+    meta = trace.meta
+    host = meta.get("host")
+    out = {"service.name": printable(str(service)),
+           "host.name": printable(host) if isinstance(host, str) and host
+           else socket.gethostname()}
+    pid = meta.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < _INT64[1]:
+        out["process.pid"] = pid
+    for key in ("rank", "world_size"):
+        if key in meta:
+            out["xsp." + key] = _value(meta[key])
+    out["xsp.clock.wall_anchor"] = anchor
+    out["xsp.clock.wall_offset_ns"] = offset
+    if extra is not None:
+        items = getattr(extra, "attributes", extra)     # an OpenTelemetry Resource, or a dict
+        if not hasattr(items, "items"):
+            raise TypeError("resource must be a dict of extra resource attributes (or an "
+                            "OpenTelemetry Resource), not %s" % type(extra).__name__)
+        out.update((str(k), _value(v)) for k, v in items.items())
+    return out
+
+
+def _derive(seed, label, i, bits):
+    """A nonzero id of `bits` bits, a function of (seed, label, i) only."""
+    h = hashlib.blake2b(seed.to_bytes(16, "big") + i.to_bytes(8, "big", signed=True),
+                        digest_size=bits // 8, person=label)
+    return int.from_bytes(h.digest(), "big") or 1
+
+
+def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=None,
+          trace_id=None):
+    """The trace's spans as OpenTelemetry SDK spans (a list of ReadableSpan, in xsp id
+    order), ready for any SpanExporter.
+
+    source: an xsp.Trace, or an xsp.Measurement (its .trace, with its leveled latencies).
+    service: resource attribute service.name.  trace_per: "profile" (one trace id for the
+    whole trace) or "step" (one per step span, for the spans under it; the rest, such as the
+    region, keep the profile's).  leveled: {xsp span id: leveled latency ns}, as
+    Measurement.leveled_ns() gives, exported as span attribute xsp.leveled_ns.  resource: a
+    dict of extra resource attributes (they win over xsp's).  trace_id: the profile's trace id
+    (an int of 1 to 2**128-1; default: random); every other id is derived from it, so the
+    same trace_id gives the same ids.
+
+    Span ids are unique within the export; a span's parent span id is its xsp parent's span
+    id (with trace_per="step", a span whose parent is in another trace, a step span, is a root
+    and links to that parent instead).  Times are Unix-epoch ns (wall_clock(trace)); with no
+    recorded wall-clock anchor an XSPWarning says that it was estimated at export.  Raises
+    ImportError without the OpenTelemetry packages, ValueError or TypeError for a bad option;
+    the trace is only read."""
+    api, Resource, ReadableSpan, InstrumentationScope = _otel()
+    trace, leveled = _source(source, leveled)
+    if trace_per not in _TRACE_PER:
+        raise ValueError("trace_per must be 'profile' or 'step', not %r" % (trace_per,))
+    if trace_id is None:
+        trace_id = secrets.randbits(128) or 1
+    elif isinstance(trace_id, bool) or not isinstance(trace_id, int):
+        raise TypeError("trace_id must be an int, not %s" % type(trace_id).__name__)
+    elif not 0 < trace_id < 1 << 128:
+        raise ValueError("trace_id must be from 1 to 2**128-1 (a nonzero 128-bit id), not %d"
+                         % trace_id)
+    offset, anchor = wall_clock(trace)
+    if anchor == "estimated":
+        warnings.warn("the trace has no meta clock.wall_offset_ns (it was recorded by an "
+                      "older xsp, or made by hand): its times were anchored to the wall clock "
+                      "at export, which is right only if it was recorded on this machine "
+                      "since its last boot", XSPWarning, stacklevel=2)
+    res = Resource(_resource_attrs(trace, service, anchor, offset, resource))
+    scope = InstrumentationScope("xsp", __version__)
+    n = len(trace)
+    # span ids: seed + xsp id, the seed chosen so that none is 0 or past 2**64-1
+    base = 1 + _derive(trace_id, b"xsp.span", 0, 64) % ((1 << 64) - n - 1)
+    parents = trace.parent_ids.tolist()
+    trace_of = [trace_id] * n
+    if trace_per == "step" and n:
+        step = trace.nearest_ancestor(trace.kind_codes == KINDS.index("step")).tolist()
+        step_ids = {s: _derive(trace_id, b"xsp.step", s, 128) for s in set(step) if s >= 0}
+        trace_of = [step_ids[s] if s >= 0 else trace_id for s in step]
+    sampled = api.TraceFlags(api.TraceFlags.SAMPLED)
+    ctx = [api.SpanContext(trace_of[i], base + i, is_remote=False, trace_flags=sampled)
+           for i in range(n)]
+    # Unix-epoch times, in Python ints (the columns are int64)
+    start = [t + offset for t in trace.start_ns.tolist()]
+    end = [t + offset for t in trace.end_ns.tolist()]
+    if n and min(start) < 0:
+        raise ValueError("span %d starts before the Unix epoch once anchored to the wall clock "
+                         "(offset %d ns, %s): the trace's times are not what its meta says"
+                         % (start.index(min(start)), offset, anchor))
+    names = [printable(s) for s in trace.strings]
+    threads = [(int(tid), printable(name or "")) for tid, name, _k in trace.threads]
+    name_codes, kind_codes = trace.name_codes.tolist(), trace.kind_codes.tolist()
+    level_codes, thread_index = trace.level_codes.tolist(), trace.thread_index.tolist()
+    flags = trace.flag_bits.tolist()
+    out = []
+    for i in range(n):
+        kind = KINDS[kind_codes[i]]
+        tid, tname = threads[thread_index[i]]
+        attrs = {"xsp.level": LEVELS[level_codes[i]], "xsp.kind": kind, "xsp.span_id": i,
+                 "xsp.thread": _value(tid)}
+        if tname:
+            attrs["xsp.thread_name"] = tname
+        if kind in ("model", "module"):
+            attrs["xsp.module"] = names[name_codes[i]]
+        if flags[i]:
+            attrs["xsp.flags"] = flags[i]
+        if i in leveled:
+            attrs["xsp.leveled_ns"] = float(leveled[i])
+        for k, v in trace.attrs_of(i).items():
+            key = "xsp." + printable(k)
+            while key in attrs:
+                key = "xsp.attr." + key[len("xsp."):]
+            attrs[key] = _value(v)
+        p = parents[i]
+        parent, links = None, ()
+        if p >= 0:
+            if trace_of[p] == trace_of[i]:
+                parent = ctx[p]
+            else:                   # a step span under the region: its own trace's root
+                links = (api.Link(ctx[p], {"xsp.link": "parent"}),)
+        out.append(ReadableSpan(names[name_codes[i]], context=ctx[i], parent=parent,
+                                resource=res, attributes=attrs, links=links,
+                                kind=api.SpanKind.INTERNAL, start_time=start[i],
+                                end_time=end[i], instrumentation_scope=scope))
+    return out
+
+
+def _check_send_options(endpoint, timeout, batch, headers):
+    if not isinstance(endpoint, str) or not endpoint.lower().startswith(("http://",
+                                                                         "https://")):
+        raise ValueError("endpoint must be an http:// or https:// URL (an OTLP/HTTP traces "
+                         "endpoint, e.g. http://localhost:4318/v1/traces), not %r"
+                         % (endpoint,))
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) \
+            or not 0 < timeout < math.inf:
+        raise ValueError("timeout must be a number of seconds > 0, not %r" % (timeout,))
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError("batch must be an int >= 1 (spans per request), not %r" % (batch,))
+    if headers is not None and not (hasattr(headers, "items") and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+        raise TypeError("headers must be a dict of str to str, not %r" % (headers,))
+
+
+class _Quiet(logging.Filter):
+    """Keeps the exporter's log records (their messages) instead of letting them print."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def filter(self, record):
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:           # a record that cannot be formatted: dropped all the same
+            pass
+        return False
+
+
+def _recorder():
+    """A requests.Session (the SDK exporter's transport takes one) that remembers how its
+    requests went: .attempts, .last (the response or the exception), .first (time.monotonic()
+    when the first one began, None before)."""
+    import requests
+
+    class Recorder(requests.Session):
+        def __init__(self):
+            super().__init__()
+            self.attempts, self.last, self.first = 0, None, None
+
+        def request(self, *args, **kwargs):
+            self.attempts += 1
+            if self.first is None:
+                self.first = time.monotonic()
+            try:
+                self.last = super().request(*args, **kwargs)
+            except Exception as exc:
+                self.last = exc
+                raise
+            return self.last
+
+    return Recorder()
+
+
+def _why(session, quiet, waited, timeout):
+    """What failed, in words, from what the session saw and the exporter logged."""
+    import requests
+    last = session.last
+    tries = "" if session.attempts < 2 else " (%d attempts)" % session.attempts
+    if isinstance(last, requests.Response):
+        text = (last.text or "").strip().replace("\n", " ")
+        return "HTTP %d %s%s%s" % (last.status_code, last.reason or "", tries,
+                                   (": " + text[:200]) if text else "")
+    if isinstance(last, requests.exceptions.Timeout):
+        return "no answer in time (timeout %gs, for all batches and retries)%s" % (timeout,
+                                                                                   tries)
+    if isinstance(last, requests.exceptions.ConnectionError):
+        chain, exc = [], last
+        while exc is not None and len(chain) < 8:
+            chain.append(exc)
+            exc = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args and isinstance(
+                exc.args[0], BaseException) else None)
+        if any(isinstance(e, ConnectionRefusedError) or "refused" in str(e) for e in chain):
+            return "connection refused%s" % tries
+        return "cannot connect: %s%s" % (last, tries)
+    if last is not None:
+        return "%s: %s%s" % (type(last).__name__, last, tries)
+    if quiet.messages:
+        return quiet.messages[-1]
+    return "the exporter gave up after %.1fs" % waited
+
+
+def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, batch=1000,
+         headers=None, leveled=None, resource=None, trace_id=None):
+    """Sends the trace (an xsp.Trace or xsp.Measurement; options as spans()) as OTLP/HTTP
+    protobuf to endpoint, the collector's traces URL (e.g. http://localhost:4318/v1/traces),
+    in requests of at most `batch` spans, with the HTTP headers given.  Returns the number of
+    spans sent (all of them).
+
+    The SDK's exporter retries what is transient (connection errors, HTTP 429, 502, 503, 504)
+    with backoff; `timeout` bounds the time spent on the collector, every batch and retry
+    together (connecting, sending, waiting for answers and between retries); encoding the
+    spans, about 0.1 ms a span with the SDK's encoder, comes on top.  When a batch fails,
+    raises ExportError (a RuntimeError) naming the endpoint, how many spans of how many were
+    sent (the batches before it) and what failed (connection refused, the HTTP status, no
+    answer within the timeout); the exporter's own log lines are kept out of the log
+    meanwhile.  ImportError without the OpenTelemetry packages; ValueError or TypeError for a
+    bad option, before anything is sent.  Reads the trace only: nothing local is changed or
+    removed."""
+    _check_send_options(endpoint, timeout, batch, headers)
+    sdk_spans = spans(source, service=service, trace_per=trace_per, leveled=leveled,
+                      resource=resource, trace_id=trace_id)
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult
+    except ImportError as exc:
+        raise ImportError("OTLP export needs the OpenTelemetry packages (%s): %s"
+                          % (_INSTALL, exc)) from exc
+    total, sent = len(sdk_spans), 0
+    waited = 0.0                    # seconds spent on the collector so far
+    quiet = _Quiet()
+    loggers = [logging.getLogger(name) for name in _EXPORTER_LOGGERS]
+    for lg in loggers:
+        lg.addFilter(quiet)
+    try:
+        for lo in range(0, total, batch):
+            chunk = sdk_spans[lo:lo + batch]
+            left = float(timeout) - waited
+            if left <= 0:
+                raise ExportError(endpoint, sent, total, "timed out: the timeout (%gs) was "
+                                  "spent before batch %d of %d" % (
+                                      timeout, lo // batch + 1, -(-total // batch)))
+            # one exporter per batch, given the time left: the SDK exporter's timeout bounds
+            # one export call (its retries included; it starts counting after encoding, when
+            # the first request begins), this bounds the whole send
+            session = _recorder()
+            exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}),
+                                        timeout=left, session=session)
+            try:
+                result = exporter.export(chunk)
+            finally:
+                exporter.shutdown()
+                if session.first is not None:
+                    waited += time.monotonic() - session.first
+            if result is not SpanExportResult.SUCCESS:
+                raise ExportError(endpoint, sent, total, "batch %d of %d: %s" % (
+                    lo // batch + 1, -(-total // batch), _why(session, quiet, waited, timeout)))
+            sent += len(chunk)
+    finally:
+        for lg in loggers:
+            lg.removeFilter(quiet)
+    return sent
+
+
+def _hex_ids(obj):
+    """OTLP/JSON: the protobuf JSON mapping writes bytes as base64; OTLP wants trace and span
+    ids as lowercase hex.  Converts traceId, spanId and parentSpanId (spans and links) in
+    place."""
+    import base64
+    for rs in obj.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for sp in ss.get("spans", ()):
+                for item in [sp] + list(sp.get("links", ())):
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if key in item:
+                            item[key] = base64.b64decode(item[key]).hex()
+    return obj
+
+
+def to_json(source, **options):
+    """The OTLP/JSON encoding of the export (one ExportTraceServiceRequest, as a dict):
+    the SDK's encoder, protobuf's JSON mapping (lowerCamelCase names, enums as integers,
+    64-bit integers as decimal strings, default values left out), ids as lowercase hex.
+    options: as spans()."""
+    try:
+        from google.protobuf import json_format
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    except ImportError as exc:
+        raise ImportError("OTLP export needs the OpenTelemetry packages (%s): %s"
+                          % (_INSTALL, exc)) from exc
+    request = encode_spans(spans(source, **options))
+    return _hex_ids(json_format.MessageToDict(request, use_integers_for_enums=True))
+
+
+def write_json(source, path, **options):
+    """Writes the OTLP/JSON of the export (to_json(source, **options); options as spans())
+    to path, atomically: a file that Jaeger's UI loads ("JSON File" upload) and that an
+    OTLP/HTTP JSON receiver accepts.  Returns path.  Raises OSError when it cannot be
+    written (what was at path stays), ImportError without the OpenTelemetry packages."""
+    text = json.dumps(to_json(source, **options), separators=(",", ":")) + "\n"
+    atomic_write(path, lambda f: f.write(text))
+    return path
+
+
+__all__ = ["ExportError", "spans", "send", "to_json", "write_json", "wall_clock"]
