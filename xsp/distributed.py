@@ -93,6 +93,9 @@ def exchange(now, rounds=ROUNDS, job=None):
                 error = ((t4 - t1) - (t3 - t2)) / 2.0
                 if best is None or error < best[1]:
                     best = (offset, error, (t1 + t4) // 2)
+    # rank 0 talks to the ranks one after the other: leave together, so that no rank starts
+    # recording (or stops waiting) later than the others because of the exchange itself
+    dist.barrier(group=g)
     if rank == 0:
         t = now()
         return {"offset_ns": 0.0, "error_ns": 0.0, "at_ns": t, "job": job}
@@ -172,10 +175,7 @@ def merge(sources, *, allow_missing=False, names=None):
     or "trace N").  Raises MergeError naming the files for: a trace without a rank,
     duplicate ranks, mixed world sizes, mixed jobs, and missing ranks (unless
     allow_missing)."""
-    import numpy as np
-
-    from . import _core
-    from .trace import KINDS, Trace, load_any
+    from .trace import Trace, load_any, merge_traces
     items = []
     for i, src in enumerate(sources):
         tr = load_any(src) if isinstance(src, (str, os.PathLike)) else src
@@ -236,64 +236,19 @@ def merge(sources, *, allow_missing=False, names=None):
     else:
         aligned = "no: ranks on hosts %s without clock samples" % ", ".join(
             sorted(str(h) for h in hosts))
-    # every rank's spans, shifted, then one sort by start (parents first on ties)
-    threads, meta, counters = [], {}, {}
-    cols = []
-    base = 0
+    # every rank's spans on rank 0's clock, in C (core/tmerge.c): shifted, re-interned, one
+    # sort by start with parents first, fwd_op and api renumbered, "rank" on each region
+    meta = {}
+    inputs = []
     for r in ranks:
         name, tr = by_rank[r]
         m = tr.meta
-        n = len(tr)
-        start = tr.start_ns.astype(np.int64)
-        end = tr.end_ns.astype(np.int64)
-        if synced:
-            shift_s = np.rint(_offsets(m, start)).astype(np.int64)
-            shift_e = np.rint(_offsets(m, end)).astype(np.int64)
-        else:
-            shift_s = shift_e = np.zeros(n, dtype=np.int64)
-        t_index = len(threads)
-        for tid, tname, tkind in tr.threads:
-            threads.append((tid, "rank %d: %s" % (r, tname or "thread %d" % tid), tkind))
-        cols.append((r, tr, start + shift_s, np.maximum(end + shift_e, start + shift_s),
-                     base, t_index))
-        base += n
+        inputs.append((tr, int(r)) + (_line(m) if synced else (0.0, 0.0, 0.0, 0.0)))
         meta["rank%d.pid" % r] = m.get("pid", -1) if isinstance(m.get("pid"), int) else -1
         meta["rank%d.host" % r] = str(m.get("host", ""))
         meta["rank%d.clock.offset_ns" % r] = float(m.get("clock.offset_ns", 0.0))
         meta["rank%d.clock.error_ns" % r] = float(error_ns(m))
-        meta["rank%d.file" % r] = name
-        for k, v in tr.counters.items():
-            counters[k] = counters.get(k, 0) + int(v)
-    starts = np.concatenate([c[2] for c in cols]) if cols else np.zeros(0, np.int64)
-    if len(starts) and starts.min() < 0:
-        raise MergeError("a clock offset moves spans before time 0; the samples are wrong: "
-                         + ", ".join(by_rank[r][0] for r in ranks), [by_rank[r][0]
-                                                                     for r in ranks])
-    depth = np.concatenate([c[1].depth.astype(np.int64) for c in cols]) if cols else starts
-    order = np.lexsort((np.arange(len(starts)), depth, starts))
-    new_id = np.empty(len(order), dtype=np.int64)
-    new_id[order] = np.arange(len(order))
-    spans = []
-    region = KINDS.index("region")
-    for r, tr, st, en, b, t0 in cols:
-        par = tr.parent_ids
-        names = tr.strings
-        nc, lv, kd, th, fl = (tr.name_codes.tolist(), tr.level_codes.tolist(),
-                              tr.kind_codes.tolist(), tr.thread_index.tolist(),
-                              tr.flag_bits.tolist())
-        st_l, en_l, par_l = st.tolist(), en.tolist(), par.tolist()
-        for i in range(len(tr)):
-            a = tr.attrs_of(i)
-            for key in ("fwd_op", "api"):
-                if isinstance(a.get(key), int) and 0 <= a[key] < len(tr):
-                    a[key] = int(new_id[b + a[key]])
-            if kd[i] == region and par_l[i] < 0:
-                a["rank"] = r
-            p = par_l[i]
-            spans.append((int(new_id[b + i]), st_l[i], en_l[i],
-                          int(new_id[b + p]) if p >= 0 else -1, lv[i], kd[i], names[nc[i]],
-                          t0 + th[i], fl[i], a))
-    spans.sort(key=lambda s: s[0])
+        meta["rank%d.file" % r] = str(name)
     meta.update({"ranks": ",".join(map(str, ranks)), "world_size": world if isinstance(
         world, int) else len(ranks), "clock.aligned": aligned, "merged": len(ranks),
         "levels": "".join(lv for lv in "MLG" if all(
@@ -302,23 +257,23 @@ def merge(sources, *, allow_missing=False, names=None):
     j = next(iter(jobs))
     if j is not None:
         meta["job_id"] = str(j)
-    if len(ranks) and isinstance(by_rank[ranks[0]][1].meta.get("clock.wall_offset_ns"), int):
+    if isinstance(by_rank[ranks[0]][1].meta.get("clock.wall_offset_ns"), int):
         meta["clock.wall_offset_ns"] = by_rank[ranks[0]][1].meta["clock.wall_offset_ns"]
-    data = _core.build([s[1:] for s in spans], threads, meta, counters)
-    return Trace(data)
+    try:
+        return merge_traces(inputs, meta)
+    except ValueError as exc:
+        raise MergeError("%s (%s)" % (exc, ", ".join(by_rank[r][0] for r in ranks)),
+                         [by_rank[r][0] for r in ranks]) from None
 
 
-def _offsets(meta, t):
-    """offset_at over an int64 array (vectorised)."""
-    import numpy as np
-    t = np.asarray(t, dtype=np.float64)
+def _line(meta):
+    """(o0, t0, o1, t1): the offset line of a trace's clock samples (offset_at)."""
     if "clock.offset_ns" not in meta:
-        return np.zeros(len(t))
+        return (0.0, 0.0, 0.0, 0.0)
     o0, t0 = float(meta["clock.offset_ns"]), float(meta["clock.at_ns"])
-    if "clock.stop_offset_ns" not in meta or int(meta["clock.stop_at_ns"]) == int(t0):
-        return np.full(len(t), o0)
-    o1, t1 = float(meta["clock.stop_offset_ns"]), float(meta["clock.stop_at_ns"])
-    return o0 + (o1 - o0) * (t - t0) / (t1 - t0)
+    if "clock.stop_offset_ns" not in meta:
+        return (o0, t0, o0, t0)
+    return (o0, t0, float(meta["clock.stop_offset_ns"]), float(meta["clock.stop_at_ns"]))
 
 
 # -- analyses across ranks --------------------------------------------------------------------

@@ -351,10 +351,19 @@ class profile(_core.Session):
         meta = {"xsp_version": __version__}
         meta.update(_process_meta(torch))
         # the clock exchange with rank 0 before and after recording (xsp/distributed.py): by
-        # default whenever torch.distributed runs more than one rank when recording starts
-        self._clock_sync = None if clock_sync is None else bool(clock_sync)
+        # default whenever torch.distributed runs more than one rank when the profile is made
         self._meta = meta           # the dict the session reads at stop (start samples go in)
         self._torch_mod = torch
+        from . import distributed
+        if clock_sync or (clock_sync is None and distributed.active()):
+            # the hooks hold a weak reference: bound methods would make a cycle through the
+            # C object
+            import weakref
+            ref = weakref.ref(self)
+            self._set_hooks(lambda: _hook(ref, "_sync_start"),
+                            lambda: _hook(ref, "_sync_stop"))
+        elif "rank" in meta:
+            meta["clock.sync"] = "off" if clock_sync is False else "same host"
         if torch is not None:
             meta["torch_version"] = str(torch.__version__)
         if model is not None:       # what was asked, so that a report can say it matched
@@ -415,18 +424,16 @@ class profile(_core.Session):
         return tr
 
     # -- starting and stopping: one C call each (the C type's _start, _stop, __enter__ and
-    # __exit__); in a distributed job the clock exchange runs before the start and after the
-    # stop, outside the recording (docs/distributed.md)
+    # __exit__).  In a distributed job the clock exchange runs before the start and after the
+    # stop, outside the recording (docs/distributed.md): the C calls run the hooks
+    # (_set_hooks), so no Python line of ours sits between a hook and the start or stop
     def _sync_start(self):
         if self._state != "new":
             return
         from . import distributed
-        if distributed.active():        # initialised since the profile was made: rank now
+        if distributed.active():
             self._meta.update(_process_meta(self._torch_mod))
-        if distributed.active() if self._clock_sync is None else self._clock_sync:
-            self._meta.update(distributed.start_meta(_core.now))
-        elif "rank" in self._meta:
-            self._meta["clock.sync"] = "same host" if self._clock_sync is None else "off"
+        self._meta.update(distributed.start_meta(_core.now))
 
     def _sync_stop(self):
         # only after a start exchange: every rank then comes here too (SPMD)
@@ -434,18 +441,8 @@ class profile(_core.Session):
             from . import distributed
             self._data._add_meta(distributed.stop_meta(_core.now, self._meta["job_id"]))
 
-    def __enter__(self):
-        self._sync_start()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        suppress = super().__exit__(*exc)
-        self._sync_stop()
-        return suppress
-
     def start(self):
         """Starts recording (what `with` does on entry)."""
-        self._sync_start()
         self._start()
 
     def stop(self):
@@ -453,7 +450,6 @@ class profile(_core.Session):
         way: a KeyboardInterrupt between a start() and its stop() leaves the profile
         recording).  Must run on the thread that started the profile."""
         self._stop()
-        self._sync_stop()
         return self.trace
 
     def step(self):
@@ -486,6 +482,15 @@ class profile(_core.Session):
         return "<xsp.profile levels=%s %s>" % (self.levels, self._state)
 
 
+_WALL_OFFSET = None         # wall - monotonic ns, taken once per process (_process_meta)
+
+
+def _hook(ref, name):
+    prof = ref()
+    if prof is not None:
+        getattr(prof, name)()
+
+
 def _process_meta(torch):
     """What places the trace among a job's processes: host, the wall-clock offset of the
     monotonic clock (wall - monotonic ns: the session clock is monotonic), and, in a
@@ -493,9 +498,13 @@ def _process_meta(torch):
     is initialised, else from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, as
     torchrun sets them; meta rank_source says which).  docs/distributed.md."""
     import socket
-    import time
-    meta = {"host": socket.gethostname(),
-            "clock.wall_offset_ns": time.time_ns() - time.monotonic_ns()}
+    global _WALL_OFFSET
+    if _WALL_OFFSET is None:
+        # once per process: the same offset for every trace of it (two readings a few ns
+        # apart would make two identical recordings differ), exact to the clocks' reading
+        import time
+        _WALL_OFFSET = time.time_ns() - time.monotonic_ns()
+    meta = {"host": socket.gethostname(), "clock.wall_offset_ns": _WALL_OFFSET}
     dist = getattr(torch, "distributed", None) if torch is not None else None
     try:
         ready = dist is not None and dist.is_available() and dist.is_initialized()

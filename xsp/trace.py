@@ -57,6 +57,17 @@ def load_kineto(path):
     return Trace(kineto.read(path))
 
 
+def merge_traces(inputs, meta, id_keys=("fwd_op", "api")):
+    """The data layer's half of xsp.distributed.merge: one Trace of the spans of several,
+    each moved onto a common clock (the C core's merge, core/tmerge.h).  inputs: (Trace,
+    rank, o0, t0, o1, t1) tuples, the offset line o0 + (o1 - o0) * (t - t0) / (t1 - t0);
+    meta: the merged trace's meta (a dict of int, float, str); id_keys: the attributes whose
+    values are span ids.  ValueError (the core's message), TypeError, MemoryError."""
+    data = _core.merge([(t._data,) + tuple(rest) for t, *rest in inputs], id_keys)
+    data._add_meta(meta)            # before anyone has it: the Trace is made after
+    return Trace(data)
+
+
 def load_any(path):
     """load() for a path ending in .xsp, and for any file that is not JSON; load_kineto() for
     the others when they are JSON (the first non-blank byte '{') or gzip-compressed.  The

@@ -17,6 +17,7 @@
 
 #include "../core/clock.h"
 #include "../core/recorder.h"
+#include "../core/tmerge.h"
 #include "../include/xsp_api.h"
 #include "../io/tracefile.h"
 #include "gpumod.h"
@@ -230,6 +231,70 @@ static PyObject *core_build(PyObject *mod, PyObject *args)
     return xsp_py_build(xsp_state(mod)->tracedata_type, args);
 }
 
+/* merge(inputs, id_keys): inputs a sequence of (TraceData, rank, o0, t0, o1, t1), id_keys a
+ * sequence of str: xsp_trace_merge (core/tmerge.h) without the GIL.  Returns a new TraceData,
+ * or raises TypeError for wrong arguments, ValueError or MemoryError with the merge's message.
+ * The inputs are kept alive (references held) while the merge runs. */
+static PyObject *core_merge(PyObject *mod, PyObject *args)
+{
+    xsp_core_state *st = xsp_state(mod);
+    PyObject *inputs, *keys;
+    if (!PyArg_ParseTuple(args, "OO:merge", &inputs, &keys))
+        return NULL;
+    PyObject *seq = PySequence_Fast(inputs, "merge: inputs must be a sequence");
+    PyObject *kseq = seq ? PySequence_Fast(keys, "merge: id_keys must be a sequence") : NULL;
+    if (!kseq) {
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nk = PySequence_Fast_GET_SIZE(kseq);
+    xsp_merge_in *in = PyMem_Calloc(n ? (size_t)n : 1, sizeof *in);
+    const char **ids = PyMem_Calloc(nk ? (size_t)nk : 1, sizeof *ids);
+    PyObject *result = NULL;
+    if (!in || !ids) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *td;
+        long long rank;
+        double o0, t0, o1, t1;
+        if (!PyArg_ParseTuple(item, "O!Ldddd:merge input", st->tracedata_type, &td, &rank,
+                              &o0, &t0, &o1, &t1))
+            goto done;
+        in[i] = (xsp_merge_in){.trace = ((xsp_TraceDataObject *)td)->trace, .rank = rank,
+                               .o0 = o0, .t0 = t0, .o1 = o1, .t1 = t1};
+    }
+    for (Py_ssize_t j = 0; j < nk; j++) {
+        PyObject *k = PySequence_Fast_GET_ITEM(kseq, j);
+        if (!PyUnicode_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "merge: id_keys must be str");
+            goto done;
+        }
+        if (!(ids[j] = PyUnicode_AsUTF8(k)))
+            goto done;
+    }
+    char err[256] = "";
+    xsp_trace *t;
+    Py_BEGIN_ALLOW_THREADS      /* the inputs never change; seq holds them */
+    t = xsp_trace_merge(in, (uint32_t)n, ids, (uint32_t)nk, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (!t) {
+        if (strstr(err, "out of memory"))
+            PyErr_NoMemory();
+        else
+            PyErr_SetString(PyExc_ValueError, err);
+        goto done;
+    }
+    result = xsp_tracedata_wrap(st->tracedata_type, t);
+done:
+    PyMem_Free(in);
+    PyMem_Free(ids);
+    Py_DECREF(seq);
+    Py_DECREF(kseq);
+    return result;
+}
+
 static PyMethodDef core_methods[] = {
     {"gpu_info", core_gpu_info, METH_NOARGS, "gpu_info() -> dict(built, reason, library)"},
     {"gpu_open", core_gpu_open, METH_O, "gpu_open(dirs) -> path of the libcupti loaded"},
@@ -246,6 +311,11 @@ static PyMethodDef core_methods[] = {
      "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
     {"load", core_load, METH_O, "load(path) -> TraceData"},
     {"loads", core_loads, METH_O, "loads(bytes) -> TraceData"},
+    {"merge", core_merge, METH_VARARGS,
+     "merge(inputs, id_keys) -> TraceData: the spans of several traces on one clock.\n\n"
+     "inputs: (TraceData, rank, o0, t0, o1, t1) each: its times move by the offset line\n"
+     "o0 + (o1 - o0) * (t - t0) / (t1 - t0); id_keys: the attribute keys whose values are\n"
+     "span ids.  docs/distributed.md."},
     {"build", core_build, METH_VARARGS,
      "build(spans, threads, meta, counters) -> TraceData: a trace from Python data.\n\n"
      "spans: a sequence of (start_ns, end_ns, parent, level, kind, name, thread, flags, attrs),\n"

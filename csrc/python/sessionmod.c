@@ -89,6 +89,10 @@ typedef struct {
     xsp_schedule sched;         /* the schedule; all zero: none */
     PyObject *on_ready;         /* on_trace_ready, called with self once a cycle's trace is
                                  * stored, or NULL (strong) */
+    PyObject *before_start;     /* called with no arguments before a start (the clock
+                                 * exchange of a distributed job), or NULL (strong) */
+    PyObject *after_stop;       /* called with no arguments after the stop that stored the
+                                 * trace, or NULL (strong) */
     PyObject *traces;           /* every cycle's TraceData in order, a list, when on_ready is
                                  * NULL; else NULL (strong) */
     uint64_t step_no;           /* the current step: step() calls since the start */
@@ -932,8 +936,25 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+/* The clock hooks (_set_hooks): before_start runs before anything is started, so what it
+ * raises (a KeyboardInterrupt included) leaves nothing installed; after_stop runs once the
+ * trace is stored, so what it raises is raised with the trace kept.  Each is one call from C:
+ * no Python line of ours runs between the hook and the start or stop. */
+static int call_hook(PyObject *hook)
+{
+    if (!hook)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(hook);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 static PyObject *sess_enter(SessionObject *self, PyObject *Py_UNUSED(ignored))
 {
+    if (!inert(self) && call_hook(self->before_start) < 0)
+        return NULL;
     if (session_start(self) < 0)
         return NULL;
     return Py_NewRef(self);
@@ -950,13 +971,31 @@ static PyObject *sess_exit(SessionObject *self, PyObject *const *args, Py_ssize_
                              * the trace, was raised there) */
     if (session_stop(self, nargs >= 2 ? args[1] : NULL) < 0)
         return NULL;
+    if (call_hook(self->after_stop) < 0)
+        return NULL;
     Py_RETURN_FALSE;
 }
 
 static PyObject *sess_start(SessionObject *self, PyObject *Py_UNUSED(ignored))
 {
+    if (!inert(self) && call_hook(self->before_start) < 0)
+        return NULL;
     if (session_start(self) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _set_hooks(before_start, after_stop): each a callable or None (see call_hook). */
+static PyObject *sess_set_hooks(SessionObject *self, PyObject *args)
+{
+    PyObject *before, *after;
+    if (!PyArg_ParseTuple(args, "OO:_set_hooks", &before, &after))
+        return NULL;
+    if ((before != Py_None && !PyCallable_Check(before))
+        || (after != Py_None && !PyCallable_Check(after)))
+        return PyErr_Format(PyExc_TypeError, "_set_hooks: callables or None");
+    Py_XSETREF(self->before_start, before == Py_None ? NULL : Py_NewRef(before));
+    Py_XSETREF(self->after_stop, after == Py_None ? NULL : Py_NewRef(after));
     Py_RETURN_NONE;
 }
 
@@ -969,6 +1008,8 @@ static PyObject *sess_stop(SessionObject *self, PyObject *Py_UNUSED(ignored))
     if (self->sched.active ? self->ran && !self->running : self->data != NULL)
         Py_RETURN_FALSE;
     if (session_stop(self, NULL) < 0)
+        return NULL;
+    if (call_hook(self->after_stop) < 0)
         return NULL;
     Py_RETURN_TRUE;
 }
@@ -1075,6 +1116,8 @@ static int sess_traverse(SessionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->data);
     Py_VISIT(self->pending);
     Py_VISIT(self->on_ready);
+    Py_VISIT(self->before_start);
+    Py_VISIT(self->after_stop);
     Py_VISIT(self->traces);
     return 0;
 }
@@ -1097,6 +1140,8 @@ static int sess_clear(SessionObject *self)
     Py_CLEAR(self->data);
     Py_CLEAR(self->pending);
     Py_CLEAR(self->on_ready);
+    Py_CLEAR(self->before_start);
+    Py_CLEAR(self->after_stop);
     Py_CLEAR(self->traces);
     return 0;
 }
@@ -1140,6 +1185,9 @@ static PyMethodDef sess_methods[] = {
     {"_stop", (PyCFunction)sess_stop, METH_NOARGS,
      "Stops recording (as __exit__ without an exception) -> bool: stopped now."},
     {"_step", (PyCFunction)sess_step, METH_NOARGS, "Ends the step span, begins the next."},
+    {"_set_hooks", (PyCFunction)sess_set_hooks, METH_VARARGS,
+     "_set_hooks(before_start, after_stop): called before a start and after the stop that "
+     "stores the trace (callables or None)."},
     {NULL, NULL, 0, NULL},
 };
 
