@@ -40,6 +40,9 @@ __all__ = [
     "chrome",
     "report",
     "perf",
+    "merge",
+    "distributed",
+    "otlp",
     "Trace",
     "Span",
     "load",
@@ -60,7 +63,9 @@ __all__ = [
 # Loaded on first use, so that `import xsp` stays light (pandas and matplotlib load then).
 _LAZY = {"measure": ("leveled", "measure"), "sweep": ("leveled", "sweep"),
          "Measurement": ("leveled", "Measurement"), "analysis": ("analysis", None),
-         "chrome": ("chrome", None), "report": ("report", None), "perf": ("perf", None)}
+         "chrome": ("chrome", None), "report": ("report", None), "perf": ("perf", None),
+         "merge": ("distributed", "merge"), "distributed": ("distributed", None),
+         "otlp": ("otlp", None)}
 
 
 def __getattr__(name):

@@ -478,6 +478,15 @@ def html_fragment(source, top=10):
         else:
             parts.append(_pretty(df).to_html(index=False, classes="xsp", border=0))
 
+    meta = getattr(source, "meta", None)
+    if isinstance(meta, dict) and "ranks" in meta:     # a merged job: the ranks first
+        from . import distributed
+        table("Ranks", distributed.ranks(source), "-",
+              "a distributed job of %s ranks, clocks aligned by %s; per step means; wait: in "
+              "collectives for the last rank; caused: the waiting a rank caused by arriving "
+              "last; the straggler is the rank the others wait for (docs/distributed.md). "
+              "The tables below are of all ranks together." % (
+                  meta.get("merged"), meta.get("clock.aligned")))
     if s.overhead is not None:
         table("Overhead per level", s.overhead, "-")
         parts.extend("<p>%s</p>" % esc(n) for n in _overhead_notes(s.overhead))

@@ -227,3 +227,14 @@ def test_cli_merge_and_ranked_file_names(job2, tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path))[-2:] == ["s.rank1.json", "s.rank1.xsp"]
     assert xsp.load(str(tmp_path / "s.rank1.xsp")).meta["rank"] == 1
+
+
+def test_xsp_merge_and_the_html_report_of_a_job(job2, tmp_path):
+    job = xsp.merge(job2)
+    assert job.meta["ranks"] == "0,1"
+    path = str(tmp_path / "job.html")
+    html = xsp.report.html(job, path)
+    assert "<h3>Ranks</h3>" in html and "clocks aligned by process group" in html
+    table = D.ranks(job)
+    # the table's rows are the ranks() rows
+    assert html.count("<tr>") >= len(table) + 1
