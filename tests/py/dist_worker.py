@@ -4,11 +4,17 @@ sleeps SLEEP seconds before each all_reduce (the straggler).  Each rank saves
 OUT/rank<r>.xsp.
 
     python dist_worker.py OUT WORLD SLOW SLEEP [STEPS]
+
+SLOW -1: no straggler, and each rank on the core's fake clock started at a different time
+(FAKE_BASE * (rank + 1) ns), level M.
 """
 import os
 import socket
 import sys
 import time
+
+
+FAKE_BASE = 10 ** 12
 
 
 def free_port():
@@ -23,8 +29,15 @@ def run(rank, world, out, slow, sleep, steps, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     import xsp
+    levels = "ML"
+    if slow < 0:
+        # the fake-clock mode: each rank's clock starts FAKE_BASE * (rank + 1) ns and
+        # advances 10 ns a reading; level M only, so that both read it in the same sequence
+        from xsp import _core
+        _core.set_fake_clock(FAKE_BASE * (rank + 1), 10)
+        levels = "M"
     x = torch.ones(1000)
-    with xsp.profile(levels="ML") as prof:
+    with xsp.profile(levels=levels) as prof:
         for _ in range(steps):
             y = x * 2
             if rank == slow:

@@ -238,3 +238,22 @@ def test_xsp_merge_and_the_html_report_of_a_job(job2, tmp_path):
     table = D.ranks(job)
     # the table's rows are the ranks() rows
     assert html.count("<tr>") >= len(table) + 1
+
+
+def test_fake_clock_offsets_are_recovered_exactly(tmp_path):
+    """Each rank on the core's fake clock, started FAKE_BASE ns apart: the exchange measures
+    exactly that offset with zero error (both ranks read their clocks equally often), and the
+    merge puts rank 1's steps at exactly rank 0's times."""
+    import dist_worker
+    paths = run_job(tmp_path, 2, slow=-1, steps=3)
+    m0, m1 = xsp.load(paths[0]).meta, xsp.load(paths[1]).meta
+    off = -float(dist_worker.FAKE_BASE)
+    assert (m1["clock.offset_ns"], m1["clock.error_ns"]) == (off, 0.0)
+    assert (m1["clock.stop_offset_ns"], m1["clock.stop_error_ns"]) == (off, 0.0)
+    job = D.merge(paths)
+    rk = D.rank_of(job)
+    steps = {r: [(s.name, s.start_ns, s.end_ns) for s, k in zip(job, rk)
+                 if k == r and s.kind == "step"] for r in (0, 1)}
+    assert len(steps[0]) == 3 and steps[1] == steps[0]
+    r1 = [s for s in xsp.load(paths[1]) if s.kind == "step"]
+    assert [s.start_ns for s in r1] == [t + dist_worker.FAKE_BASE for _, t, _ in steps[0]]
