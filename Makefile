@@ -51,7 +51,7 @@ ctest:
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_schedule.c $(CORE_SRC) -lpthread \
 	    -o $(BIN)/test_schedule_san
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_tmerge.c csrc/core/strtab.c csrc/core/trace.c \
-	    csrc/core/tmerge.c -lm -o $(BIN)/test_tmerge_san
+	    csrc/core/tmerge.c -o $(BIN)/test_tmerge_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san

@@ -17,7 +17,6 @@
  */
 #include "tmerge.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +49,17 @@ static uint64_t shifted(const xsp_merge_in *in, uint64_t t, int *bad)
     double off = in->o0;
     if (in->t1 != in->t0)
         off += (in->o1 - in->o0) * ((double)t - in->t0) / (in->t1 - in->t0);
-    double r = nearbyint(off);
-    if (r < 0 && (double)t < -r) {
+    /* rounded half away from zero, without libm; offsets beyond 2^62 ns are errors */
+    if (!(off > -4.6e18 && off < 4.6e18)) {
         *bad = 1;
         return 0;
     }
-    if (r >= 0 && (double)t + r >= 18446744073709551615.0) {
+    int64_t r = (int64_t)(off >= 0 ? off + 0.5 : off - 0.5);
+    if (r < 0 && t < (uint64_t)(-r)) {
+        *bad = 1;
+        return 0;
+    }
+    if (r >= 0 && t > UINT64_MAX - (uint64_t)r) {
         *bad = 1;
         return 0;
     }

@@ -19,7 +19,7 @@
 
 /* One input: a trace and how to move its times onto the common clock, t + offset(t) with
  *   offset(t) = o0 + (o1 - o0) * (t - t0) / (t1 - t0)      (o0 when t1 == t0),
- * rounded to the nearest ns.  The end of a span moves by the offset at its end, and never
+ * rounded to the nearest ns (halves away from zero).  The end of a span moves by the offset at its end, and never
  * before its start. */
 typedef struct xsp_merge_in {
     const xsp_trace *trace;  /* borrowed; not changed */
