@@ -127,7 +127,9 @@ class _ModuleCalls:
 
         __call__.__wrapped__ = orig
         __call__.__qualname__ = "Module.__call__ (xsp)"
-        return __call__, cell
+        # installed behind a C descriptor: module.__call__ reads give the original, so that
+        # torch.compile sees an unpatched nn.Module (csrc/python/modcall.c)
+        return _core.CallShield(__call__, orig), cell
 
     def _qualnames(self, root):
         entry = self._names.get(id(root))

@@ -365,6 +365,11 @@ static int core_exec(PyObject *m)
     Py_XDECREF(mc_type);
     if (mc_rc < 0)
         return -1;
+    PyObject *sh_type = PyType_FromModuleAndSpec(m, &xsp_shield_spec, NULL);
+    int sh_rc = sh_type ? PyModule_AddType(m, (PyTypeObject *)sh_type) : -1;
+    Py_XDECREF(sh_type);
+    if (sh_rc < 0)
+        return -1;
     PyObject *sess_type = PyType_FromModuleAndSpec(m, &xsp_session_spec, NULL);
     st->session_type = (PyTypeObject *)sess_type;
     if (!sess_type || PyModule_AddType(m, st->session_type) < 0)

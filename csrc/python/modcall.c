@@ -248,13 +248,48 @@ static void mc_dealloc(xsp_ModuleCallObject *self)
     Py_DECREF(tp);
 }
 
-/* Attribute access (Module.__call__ on an instance): a bound method, as for a function. */
+/* Attribute access.  On the class (nn.Module.__call__): the wrapper itself.  On an instance
+ * (module.__call__): the WRAPPED __call__ bound to it, not the wrapper, so that what reads the
+ * attribute sees an unpatched nn.Module: torch.compile's Dynamo traces straight into forward
+ * only when `mod.__call__.__func__ is` the __call__ it saved at import, and OptimizedModule
+ * binds `mod.__call__` when it is made; a wrapper seen there breaks the graph (for the whole
+ * process: nothing guards Module.__call__).  A call `module(x)` does not read the attribute:
+ * CPython calls a method descriptor unbound through the type, so it still reaches the
+ * wrapper.  An explicit `module.__call__(x)` is therefore not recorded (docs/api.md); a
+ * compiled module's is (is_compiled_module). */
+/* Whether obj is a torch.compile'd module (torch._dynamo's OptimizedModule, by class name in
+ * its MRO): its own __call__ reaches nn.Module's through super().__call__, an attribute read,
+ * which must then give the wrapper, so that the compiled model's call is recorded.  Dynamo
+ * never reads it (it binds the inner module's __call__). */
+static int is_compiled_module(PyObject *obj)
+{
+    PyObject *mro = Py_TYPE(obj)->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        const char *name = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
+        const char *dot = strrchr(name, '.');
+        if (strcmp(dot ? dot + 1 : name, "OptimizedModule") == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static PyObject *mc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     (void)type;
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
-    return PyMethod_New(self, obj);
+    if (is_compiled_module(obj))
+        return PyMethod_New(self, obj);
+    xsp_ModuleCallObject *mc = (xsp_ModuleCallObject *)self;
+    PyObject *orig = mc->orig;
+    if (orig == NULL)
+        return PyMethod_New(self, obj);
+    descrgetfunc get = Py_TYPE(orig)->tp_descr_get;
+    if (get != NULL)
+        return get(orig, obj, (PyObject *)Py_TYPE(obj));
+    return PyMethod_New(orig, obj);
 }
 
 int xsp_modulecall_is(PyObject *o)
@@ -358,4 +393,127 @@ PyType_Spec xsp_modulecall_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
              | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = mc_slots,
+};
+
+
+/* -- CallShield: the Python wrapper's face ---------------------------------------------------
+ * The Python wrapper (recording shapes or memory, xsp/profiler.py) is a function; installed as
+ * it is, module.__call__ would be it bound, which Dynamo traces and breaks on.  CallShield(fn,
+ * orig) is a method descriptor that calls fn unbound, as CPython calls the function (so
+ * module(x) reaches fn), and whose attribute access on an instance gives orig bound, as
+ * ModuleCall's does (mc_descr_get). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;               /* the Python wrapper (strong) */
+    PyObject *orig;             /* the __call__ it wraps, for attribute reads (strong) */
+    vectorcallfunc vectorcall;  /* sh_vectorcall */
+} xsp_ShieldObject;
+
+static PyObject *sh_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    return PyObject_Vectorcall(((xsp_ShieldObject *)op)->fn, args, nargsf, kwnames);
+}
+
+static PyObject *sh_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    PyObject *fn, *orig;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "CallShield takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OO:CallShield", &fn, &orig))
+        return NULL;
+    if (!PyCallable_Check(fn) || !PyCallable_Check(orig)) {
+        PyErr_SetString(PyExc_TypeError, "CallShield(fn, orig): two callables");
+        return NULL;
+    }
+    xsp_ShieldObject *self = (xsp_ShieldObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    self->fn = Py_NewRef(fn);
+    self->orig = Py_NewRef(orig);
+    self->vectorcall = sh_vectorcall;
+    return (PyObject *)self;
+}
+
+static int sh_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    xsp_ShieldObject *self = (xsp_ShieldObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->fn);
+    Py_VISIT(self->orig);
+    return 0;
+}
+
+static int sh_clear(PyObject *op)
+{
+    xsp_ShieldObject *self = (xsp_ShieldObject *)op;
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->orig);
+    return 0;
+}
+
+static void sh_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    sh_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyObject *sh_descr_get(PyObject *op, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(op);
+    if (is_compiled_module(obj))
+        return PyMethod_New(op, obj);
+    PyObject *orig = ((xsp_ShieldObject *)op)->orig;
+    descrgetfunc get = Py_TYPE(orig)->tp_descr_get;
+    if (get != NULL)
+        return get(orig, obj, (PyObject *)Py_TYPE(obj));
+    return PyMethod_New(orig, obj);
+}
+
+static PyObject *sh_get_wrapped(PyObject *op, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(((xsp_ShieldObject *)op)->orig);
+}
+
+static PyGetSetDef sh_getset[] = {
+    {"__wrapped__", sh_get_wrapped, NULL, "the __call__ wrapped", NULL},
+    {"__qualname__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
+    {"__name__", mc_get_name, NULL, "__call__, as the function it replaces", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef sh_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(xsp_ShieldObject, vectorcall), READONLY,
+     NULL},
+    {"fn", T_OBJECT, offsetof(xsp_ShieldObject, fn), READONLY, "the Python wrapper"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot sh_slots[] = {
+    {Py_tp_new, sh_new},
+    {Py_tp_dealloc, sh_dealloc},
+    {Py_tp_traverse, sh_traverse},
+    {Py_tp_clear, sh_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, sh_descr_get},
+    {Py_tp_getset, sh_getset},
+    {Py_tp_members, sh_members},
+    {Py_tp_doc, "CallShield(fn, orig): calls fn as nn.Module.__call__; module.__call__ reads "
+                "give orig bound (see modcall.c)."},
+    {0, NULL},
+};
+
+PyType_Spec xsp_shield_spec = {
+    .name = "xsp._core.CallShield",
+    .basicsize = sizeof(xsp_ShieldObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+             | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = sh_slots,
 };

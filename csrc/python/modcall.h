@@ -14,6 +14,10 @@
 /* The type's spec. */
 extern PyType_Spec xsp_modulecall_spec;
 
+/* xsp._core.CallShield(fn, orig): the Python wrapper's face as nn.Module.__call__ (modcall.c):
+ * calls fn unbound; module.__call__ reads give orig bound. */
+extern PyType_Spec xsp_shield_spec;
+
 /* 1 when o is a ModuleCall, else 0. Cannot fail. */
 int xsp_modulecall_is(PyObject *o);
 
