@@ -707,11 +707,30 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+MAX_DEPTH = 32            # a result nests 4 levels; deeper is not one (checked without recursion)
+
+
+def _too_deep(data, limit=MAX_DEPTH):
+    stack = [(data, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return False
+
+
 def from_dict(data, path=None):
     """A Result from its JSON record; BaselineError (with .field) when it is not one."""
     def bad(field, msg):
         raise BaselineError("%s: not an xsp.perf result: %s %s" % (path or "<data>", field,
                                                                     msg), path, field=field)
+    if _too_deep(data):
+        raise BaselineError("%s: nested too deeply to be a result file (more than %d levels)"
+                            % (path or "<data>", MAX_DEPTH), path)
     if not isinstance(data, dict):
         bad("(top level)", "is a %s, not an object" % type(data).__name__)
     if data.get("schema") != SCHEMA:
