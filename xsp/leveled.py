@@ -135,7 +135,9 @@ class Measurement:
     deepest run's (first round); warmup, repeat, rounds, trim, batch_size: as given.  span_table(): one row per span of one iteration of the deepest run with leveled
     latencies (see docs/analyses.md); overhead: what each deeper run added to each level;
     latency_ns: the model latency (trimmed mean of the iteration latency in the M run);
-    unmatched: {run: spans of that run found nowhere in the deepest run's structure}.
+    unmatched: {run: spans of that run found nowhere in the deepest run's structure};
+    compiled: {run: compilations torch.compile made during that run} (measure warns: their
+    latencies then include compile time).
     Every analysis in xsp.analysis accepts a Measurement.
 
     xsp.analysis and xsp.report recognise a Measurement by duck typing, by its span_table()
@@ -158,6 +160,7 @@ class Measurement:
         self.batch_size = batch_size
         self._intern = {}
         self.skip = skip    # priming steps at the start of each session, left out
+        self.compiled = {}  # run -> compilations torch.compile made during it (measure)
         # per run, per round: (iteration, key) arrays; iterations of round k are numbered
         # from k * repeat, so the rounds pool into one sample per iteration
         self._keys = {}
@@ -424,7 +427,9 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
             bar.advance("warm-up")
         sync_fn = (_cuda_sync() if sync is None else
                    (_cuda_sync() or (lambda: None)) if sync else None)
+        compiled = {}
         for r in [r for _ in range(rounds) for r in runs]:
+            before = _compilations()
             with profile(levels=r, name=name, **profile_kwargs) as prof:
                 # one priming call first, left out of the statistics: a session's first call
                 # pays one-off costs (module names mapped, names interned)
@@ -435,6 +440,9 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
                     prof.step()
                     bar.advance("run %s%s" % (r, " (priming)" if i == 0 else ""))
             traces[r].append(prof.trace)
+            n_new = _compilations() - before
+            if n_new:
+                compiled[r] = compiled.get(r, 0) + n_new
             steps = int((prof.trace.kind_codes == KINDS.index("step")).sum())
             if steps != repeat + 1:
                 raise ProfilerError(
@@ -443,7 +451,29 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
                     "step() call from fn" % (steps - (repeat + 1), repeat + 1))
     finally:
         bar.close()
-    return Measurement(lv, traces, warmup, repeat, trim, batch_size)
+    m = Measurement(lv, traces, warmup, repeat, trim, batch_size)
+    m.compiled = compiled
+    if compiled:
+        import warnings
+        warnings.warn("measure: torch.compile compiled during the measured runs (%s): their "
+                      "latencies include compile time; give a larger warmup so that every "
+                      "compile happens before" % ", ".join(
+                          "%d in run %s" % (n, r) for r, n in compiled.items()),
+                      XSPWarning, stacklevel=2)
+    return m
+
+
+def _compilations():
+    """How many compilations torch._dynamo has recorded so far (0 when it is not imported):
+    a compile during a measured run is told apart by the count before and after it."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0
+    try:
+        return int(utils.counters.get("stats", {}).get("unique_graphs", 0)) + \
+            sum(utils.counters.get("graph_break", {}).values())
+    except Exception:
+        return 0
 
 
 def sweep(make, batch_sizes, *, levels="M", warmup=3, repeat=10, trim=0.1, progress=True,

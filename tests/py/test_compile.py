@@ -117,3 +117,23 @@ def test_inductor_same_graphs_with_xsp():
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("same {'calls_captured': ")
+
+
+def test_measure_warns_when_it_measured_a_compile():
+    """A first call that compiles must not pass for an iteration's latency: measure says which
+    runs compiled, and with a warm-up that compiles first, none does."""
+    torch._dynamo.reset()
+    net = Net()
+    x = torch.randn(4, 8)
+    f = torch.compile(net, backend="eager")
+    with pytest.warns(xsp.XSPWarning, match=r"torch.compile compiled during the measured runs "
+                                             r"\(1 in run M\)"):
+        m = xsp.measure(lambda: f(x), levels="ML", warmup=0, repeat=2, progress=False)
+    assert m.compiled == {"M": 1}
+    torch._dynamo.reset()
+    g = torch.compile(Net(), backend="eager")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xsp.XSPWarning)
+        m2 = xsp.measure(lambda: g(x), levels="ML", warmup=1, repeat=2, progress=False)
+    assert m2.compiled == {}
