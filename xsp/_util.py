@@ -4,15 +4,21 @@ import math
 import os
 
 
+def _number(v):
+    """v as a float, or None for None, NaN and what is not a number."""
+    if v is None:
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
 def fmt_ns(ns):
     """A duration for people: 812 ns, 12.345 us, 1.234 ms, 2.000 s; '-' for NaN or None."""
+    ns = _number(ns)
     if ns is None:
-        return "-"
-    try:
-        ns = float(ns)
-    except (TypeError, ValueError):
-        return "-"
-    if math.isnan(ns):
         return "-"
     a = abs(ns)
     if a >= 1e9:
@@ -27,13 +33,8 @@ def fmt_ns(ns):
 def fmt_signed(ns, share=None):
     """A signed duration for people, "+1.234 ms" or "-193.900 us", followed by a signed share
     when given and not NaN: "+1.234 ms (+3.4%)"; '-' for NaN or None."""
+    ns = _number(ns)
     if ns is None:
-        return "-"
-    try:
-        ns = float(ns)
-    except (TypeError, ValueError):
-        return "-"
-    if math.isnan(ns):
         return "-"
     text = ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
     if share is not None and not math.isnan(share):

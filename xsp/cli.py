@@ -191,7 +191,8 @@ def _run(ns):
     rank = _launcher_rank()
     if rank is not None:
         # under torchrun every rank runs this command line: one set of files per rank
-        out, ns.chrome, ns.html = (_ranked(p, rank) for p in (out, ns.chrome, ns.html))
+        out, ns.chrome, ns.html = (_suffixed(p, "rank%d" % rank)
+                                   for p in (out, ns.chrome, ns.html))
     # absolute now: the script may change the working directory
     paths = {opt: os.path.abspath(p) for opt, p in (("-o", out), ("--chrome", ns.chrome),
                                                     ("--html", ns.html)) if p}
@@ -300,12 +301,12 @@ def _launcher_rank():
     return None
 
 
-def _ranked(path, rank):
-    """run.xsp -> run.rank3.xsp (None stays None)."""
+def _suffixed(path, tag):
+    """run.xsp -> run.<tag>.xsp (None stays None)."""
     if path is None:
         return None
     stem, ext = os.path.splitext(path)
-    return "%s.rank%d%s" % (stem, rank, ext)
+    return "%s.%s%s" % (stem, tag, ext)
 
 
 class _CycleWriter:
@@ -323,8 +324,7 @@ class _CycleWriter:
     def _name(self, path, k):
         if self.sched.repeat == 1:
             return path
-        stem, ext = os.path.splitext(path)
-        return "%s.cycle%d%s" % (stem, k, ext)
+        return _suffixed(path, "cycle%d" % k)
 
     def __call__(self, prof):
         from . import chrome, report

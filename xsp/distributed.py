@@ -129,17 +129,10 @@ def stop_meta(now, job_id):
 
 def offset_at(meta, t):
     """The offset (ns, to add) that puts time t of the trace with this meta on rank 0's clock:
-    interpolated between the start and stop samples, the start sample alone without a stop
-    one, 0 without samples."""
-    if "clock.offset_ns" not in meta:
-        return 0.0
-    o0, t0 = float(meta["clock.offset_ns"]), int(meta["clock.at_ns"])
-    if "clock.stop_offset_ns" not in meta:
-        return o0
-    o1, t1 = float(meta["clock.stop_offset_ns"]), int(meta["clock.stop_at_ns"])
-    if t1 == t0:
-        return o0
-    return o0 + (o1 - o0) * (t - t0) / (t1 - t0)
+    on the offset line of its samples (_line: interpolated between the start and stop samples,
+    the start sample alone without a stop one, 0 without samples), as the merge applies it."""
+    o0, t0, o1, t1 = _line(meta)
+    return o0 if t1 == t0 else o0 + (o1 - o0) * (t - t0) / (t1 - t0)
 
 
 def error_ns(meta):

@@ -157,7 +157,6 @@ def _events_text(trace, base_ns, leveled):
     n = len(trace)
     kinds = trace.kind_codes
     levels = trace.level_codes
-    parents = trace.parent_ids
     start = trace.start_ns.view(np.uint64).tolist()
     end = trace.end_ns.view(np.uint64).tolist()
     names = trace.strings
@@ -190,14 +189,13 @@ def _events_text(trace, base_ns, leveled):
         if not ext[i] and kind_of[i] in ("op", "backward", "scope", "step", "model", "module"):
             ext[i] = next_ext
             next_ext += 1
-    # the op a GPU span's API call ran in: its External id (Kineto's linking key)
-    nearest_cpu = [-1] * n
-    for i in range(n):
-        p = parents[i]
-        while p >= 0 and kind_of[p] not in ("op", "backward", "scope", "step", "model",
-                                            "module"):
-            p = parents[p]
-        nearest_cpu[i] = p
+    # the op a GPU span's API call ran in: its External id (Kineto's linking key); and the
+    # enclosing module of a module (its Python parent id)
+    cpu_kind = np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step", "model",
+                                             "module")])
+    nearest_cpu = trace.nearest_ancestor(cpu_kind, include_self=False).tolist()
+    nearest_mod = trace.nearest_ancestor(np.isin(kinds, [K["model"], K["module"]]),
+                                         include_self=False).tolist()
     out = []
     top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
         "kineto.trace_id", uuid.uuid4().hex.upper()),
@@ -276,9 +274,7 @@ def _events_text(trace, base_ns, leveled):
             cat = "python_function"
             name = mod_names[i]
             args["Python id"] = ext[i]
-            pp = parents[i]
-            while pp >= 0 and kind_of[pp] not in ("model", "module"):
-                pp = parents[pp]
+            pp = nearest_mod[i]
             args["Python parent id"] = ext[pp] if pp >= 0 else None
             args["Python module id"] = mod_ids[i]
         else:
@@ -625,11 +621,8 @@ def _build(path, doc):
             tindex[key] = len(threads)
             threads.append((tid, thread_names.get((r["pid"], r["tid"]), ""), 0))
     for r in sorted(gpu, key=lambda r: r["start"]):
-        dev = r["args"].get("device", r["pid"])
-        stream = r["args"].get("stream", r["tid"])
-        dev = dev if isinstance(dev, int) and 0 <= dev < 2 ** 31 else 0
-        stream = stream if isinstance(stream, int) and 0 <= stream < 2 ** 32 else 0
-        key = ("gpu", dev, stream)
+        key = _gpu_track(r)
+        _, dev, stream = key
         if key not in tindex:
             tindex[key] = len(threads)
             threads.append(((dev << 32) | stream, thread_names.get((r["pid"], r["tid"]), ""),
@@ -639,14 +632,13 @@ def _build(path, doc):
     for r in cpu:
         r["thread"] = tindex[("cpu", r["pid"], r["tid"])]
     for r in gpu:
-        dev = r["args"].get("device", r["pid"])
-        stream = r["args"].get("stream", r["tid"])
-        dev = dev if isinstance(dev, int) and 0 <= dev < 2 ** 31 else 0
-        stream = stream if isinstance(stream, int) and 0 <= stream < 2 ** 32 else 0
-        r["thread"] = tindex[("gpu", dev, stream)]
+        r["thread"] = tindex[_gpu_track(r)]
     region["thread"] = cpu[0]["thread"] if cpu else 0
     # the steps adopt the roots of their thread's spans; other roots hang under the region
-    order = [region] + sorted(allr, key=lambda r: (r["start"], _depth(r), r["i"]))
+    depth = {}
+    for r in allr:
+        _depth(r, depth)
+    order = [region] + sorted(allr, key=lambda r: (r["start"], depth[id(r)], r["i"]))
     for k, r in enumerate(order):
         r["id"] = k
     spans = []
@@ -721,13 +713,27 @@ def _build(path, doc):
         raise _fail(path, "cannot be made into a trace: %s" % exc) from None
 
 
-def _depth(r):
-    d = 0
-    p = r.get("parent")
-    while p is not None:
+def _depth(r, memo):
+    """r's number of ancestors, memoised by id in memo (each record's chain walked once)."""
+    chain = []
+    while r is not None and id(r) not in memo:
+        chain.append(r)
+        r = r.get("parent")
+    d = memo[id(r)] if r is not None else -1
+    for x in reversed(chain):
         d += 1
-        p = p.get("parent")
+        memo[id(x)] = d
     return d
+
+
+def _gpu_track(r):
+    """("gpu", device, stream) of a GPU event: its args' device and stream (else its pid and
+    tid), 0 where they are not ids."""
+    dev = r["args"].get("device", r["pid"])
+    stream = r["args"].get("stream", r["tid"])
+    dev = dev if isinstance(dev, int) and 0 <= dev < 2 ** 31 else 0
+    stream = stream if isinstance(stream, int) and 0 <= stream < 2 ** 32 else 0
+    return ("gpu", dev, stream)
 
 
 def _link_backward(events, order, spans, base):

@@ -216,7 +216,6 @@ def _count_memory(fn, sync):
         if sync is not None:
             sync()
     except RuntimeError as exc:
-        _torch.mem_end()
         if "Profiler is already enabled" in str(exc):
             # fn runs torch.profiler itself, whose profiler state cannot sit beside the
             # counter's on the thread: the call is not counted (its timed runs were fine)
@@ -225,10 +224,8 @@ def _count_memory(fn, sync):
         exc.add_note("(in xsp.perf's extra call of fn that counts allocations; "
                      "count_memory=False leaves it out)")
         raise
-    except BaseException:
-        _torch.mem_end()
-        raise
-    counts = _torch.mem_end()
+    finally:
+        counts = _torch.mem_end()       # the window closes however the call ended
     return {"allocs": sum(d["allocs"] for d in counts.values()),
             "alloc_bytes": sum(d["alloc_bytes"] for d in counts.values()),
             "by_device": counts}, None
@@ -473,16 +470,10 @@ class Result:
         if latency is not None:
             budget = parse_duration(latency)
             lat = self.latency
-            se = lat["std_ns"] / math.sqrt(lat["n"]) if lat["n"] > 1 else math.nan
-            noise = NOISE_K * se
-            if lat["n"] and lat["mean_ns"] > budget and not (lat["mean_ns"] - budget <= noise):
-                failures.append("latency %s ± %s (%d iterations) is over the budget %s by %s, "
-                                "beyond its noise (%s)" % (
-                                    fmt_ns(lat["mean_ns"]), fmt_ns(lat["std_ns"]), lat["n"],
-                                    fmt_ns(budget),
-                                    fmt_signed(lat["mean_ns"] - budget,
-                                               (lat["mean_ns"] - budget) / budget),
-                                    fmt_ns(noise)))
+            over = _over_budget(lat, budget)
+            if over:
+                failures.append("latency %s ± %s (%d iterations) is over the budget %s" % (
+                    fmt_ns(lat["mean_ns"]), fmt_ns(lat["std_ns"]), lat["n"], over))
                 details.extend(self._top_lines())
         for name, value in (layers or {}).items():
             budget = parse_duration(value, "the budget of layer %r" % (name,))
@@ -497,17 +488,11 @@ class Result:
                     name, ", ".join(sorted(set(k.split("|")[0] for k in table))[:12]) or
                     "none"))
                 continue
-            samples = [sum(v) for v in zip(*(table[k] for k in keys))]
-            st = stats(samples)
-            se = st["std_ns"] / math.sqrt(st["n"]) if st["n"] > 1 else math.nan
-            noise = NOISE_K * se
-            if st["mean_ns"] > budget and not (st["mean_ns"] - budget <= noise):
-                failures.append("layer %s: %s ± %s per iteration is over the budget %s by %s, "
-                                "beyond its noise (%s)" % (
-                                    name, fmt_ns(st["mean_ns"]), fmt_ns(st["std_ns"]),
-                                    fmt_ns(budget), fmt_signed(st["mean_ns"] - budget,
-                                                               (st["mean_ns"] - budget) / budget),
-                                    fmt_ns(noise)))
+            st = stats([sum(v) for v in zip(*(table[k] for k in keys))])
+            over = _over_budget(st, budget)
+            if over:
+                failures.append("layer %s: %s ± %s per iteration is over the budget %s" % (
+                    name, fmt_ns(st["mean_ns"]), fmt_ns(st["std_ns"]), over))
         for key, value, named_key, total_key in (("ops", ops, "ops", "ops_total"),
                                                  ("kernels", kernels, "kernels_by_name",
                                                   "kernels")):
@@ -629,6 +614,20 @@ class Result:
         return "<xsp.perf.Result %s: %s ± %s over %d iterations, %s ops>" % (
             self.name, fmt_ns(lat["mean_ns"]), fmt_ns(lat["std_ns"]), lat["n"],
             fmt_count("ops_total", self.counts["ops_total"]))
+
+
+def _over_budget(st, budget):
+    """The budget rule for a duration: None when the mean of st (stats()) is within budget, or
+    above it by no more than its noise (NOISE_K standard errors; with one sample, none); else
+    the text "BUDGET by +DELTA (+SHARE%), beyond its noise (NOISE)"."""
+    if not st["n"] or st["mean_ns"] <= budget:
+        return None
+    noise = NOISE_K * st["std_ns"] / math.sqrt(st["n"]) if st["n"] > 1 else math.nan
+    delta = st["mean_ns"] - budget
+    if delta <= noise:
+        return None
+    return "%s by %s, beyond its noise (%s)" % (fmt_ns(budget), fmt_signed(delta, delta / budget),
+                                               fmt_ns(noise))
 
 
 def _json_default(v):

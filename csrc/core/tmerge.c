@@ -234,6 +234,14 @@ xsp_trace *xsp_trace_merge(const xsp_merge_in *in, uint32_t n, const char *const
     out->n_attrs = na_out;
     if (unlinked && xsp_trace_add_counter(out, "merge.unlinked", unlinked) != 0)
         goto nomem;
+    goto done;
+nomem:
+    why = "merge: out of memory";
+fail:
+    set_err(err, errlen, why);
+    xsp_trace_free(out);
+    out = NULL;
+done:
     free(keys);
     free(depth);
     free(new_id);
@@ -242,17 +250,4 @@ xsp_trace *xsp_trace_merge(const xsp_merge_in *in, uint32_t n, const char *const
     free(tattrs);
     free(smap);
     return out;
-nomem:
-    why = "merge: out of memory";
-fail:
-    set_err(err, errlen, why);
-    free(keys);
-    free(depth);
-    free(new_id);
-    free(tmp);
-    free(key_ids);
-    free(tattrs);
-    free(smap);
-    xsp_trace_free(out);
-    return NULL;
 }

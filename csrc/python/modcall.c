@@ -275,21 +275,24 @@ static int is_compiled_module(PyObject *obj)
     return 0;
 }
 
-static PyObject *mc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+/* The attribute read of a wrapper `self` of the __call__ `orig` (both descriptors' rule, see
+ * above): the wrapper on the class and for a compiled module, orig bound elsewhere. */
+static PyObject *bind_call(PyObject *self, PyObject *orig, PyObject *obj)
 {
-    (void)type;
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
-    if (is_compiled_module(obj))
-        return PyMethod_New(self, obj);
-    xsp_ModuleCallObject *mc = (xsp_ModuleCallObject *)self;
-    PyObject *orig = mc->orig;
-    if (orig == NULL)
+    if (orig == NULL || is_compiled_module(obj))
         return PyMethod_New(self, obj);
     descrgetfunc get = Py_TYPE(orig)->tp_descr_get;
     if (get != NULL)
         return get(orig, obj, (PyObject *)Py_TYPE(obj));
     return PyMethod_New(orig, obj);
+}
+
+static PyObject *mc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    return bind_call(self, ((xsp_ModuleCallObject *)self)->orig, obj);
 }
 
 int xsp_modulecall_is(PyObject *o)
@@ -466,15 +469,7 @@ static void sh_dealloc(PyObject *op)
 static PyObject *sh_descr_get(PyObject *op, PyObject *obj, PyObject *type)
 {
     (void)type;
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef(op);
-    if (is_compiled_module(obj))
-        return PyMethod_New(op, obj);
-    PyObject *orig = ((xsp_ShieldObject *)op)->orig;
-    descrgetfunc get = Py_TYPE(orig)->tp_descr_get;
-    if (get != NULL)
-        return get(orig, obj, (PyObject *)Py_TYPE(obj));
-    return PyMethod_New(orig, obj);
+    return bind_call(op, ((xsp_ShieldObject *)op)->orig, obj);
 }
 
 static PyObject *sh_get_wrapped(PyObject *op, void *Py_UNUSED(closure))
