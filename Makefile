@@ -38,6 +38,8 @@ ctest:
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS_DEV) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core_san
+	$(CC) $(CFLAGS_DEV) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
 	    $(MSGPACK_FLAGS) -o $(BIN)/test_io
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
@@ -54,7 +56,7 @@ ctest:
 	    csrc/core/tmerge.c -o $(BIN)/test_tmerge_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names_san
-	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_io && $(BIN)/test_io_san
+	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_data && $(BIN)/test_data_san && $(BIN)/test_io && $(BIN)/test_io_san
 	$(BIN)/test_names && $(BIN)/test_names_san
 	$(BIN)/test_tmerge_san
 	$(BIN)/test_session_san

@@ -256,6 +256,10 @@ class _ModuleCalls:
         return state[0] if state is not None else 0
 
 
+TORCH_INPUTS = 1          # XSP_TORCH_INPUTS (csrc/include/xsp_api.h)
+TORCH_MEMORY = 2          # XSP_TORCH_MEMORY
+
+
 class profile(_core.Session):
     """Records one merged trace of the code run inside the `with` block.
 
@@ -383,7 +387,11 @@ class profile(_core.Session):
                     side=self._modules.side if self._modules is not None else None,
                     hook_owner=self._modules, meta=meta, where=_caller(),
                     schedule=schedule._fields() if schedule is not None else None,
-                    on_trace_ready=on_trace_ready)
+                    on_trace_ready=on_trace_ready,
+                    # the shim's options: each op's inputs (record_shapes), the allocations
+                    # PyTorch reports to profilers per span (profile_memory)
+                    torch_options=(TORCH_INPUTS * self.record_shapes
+                                   | TORCH_MEMORY * self.profile_memory) if shim else 0)
 
     def _no_gpu(self, msg, levels):
         if not self.gpu_fallback:

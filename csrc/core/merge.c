@@ -18,11 +18,13 @@
  *      from external ids (buffer serial, record index) to span ids;
  *   7. counters of everything lost, and metadata.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "inputs.h"
 #include "tbuf.h"
 
 typedef struct thread_view {
@@ -32,7 +34,69 @@ typedef struct thread_view {
     uint32_t thread;      /* trace thread index */
     uint32_t *gid;        /* local index -> global id (XSP_NONE if elided); owned */
     uint32_t *names;      /* local name id -> trace string id; owned */
+    uint32_t di;          /* next inputs entry (tb->dents) to attach */
+    uint32_t mi;          /* next memory entry (tb->ments) to attach */
 } thread_view;
+
+/* The data events' attribute keys and what their decoding met (merge-wide). */
+typedef struct data_keys {
+    xsp_inputs_keys in;                    /* interned once inputs exist */
+    int in_ready;                          /* in is interned */
+    uint32_t mem[XSP_MEM_DEVS][6];         /* mem.<dev>.{allocs,alloc_bytes,frees,freed_bytes,
+                                            * peak,total}, interned on first use (0: not yet) */
+    uint64_t malformed;                    /* inputs payloads that did not decode */
+} data_keys;
+
+static const char *const MEM_DEV[XSP_MEM_DEVS] = {"cpu", "cuda", "other"};
+static const char *const MEM_FIELD[6] = {"allocs", "alloc_bytes", "frees", "freed_bytes",
+                                         "peak", "total"};
+
+/* The data entries of record i (inputs, then memory per device) as attributes of s. */
+static int add_data_attrs(xsp_trace *t, xsp_span *s, uint32_t i, thread_view *v, data_keys *dk)
+{
+    const xsp_tbuf *tb = v->tb;
+    while (v->di < tb->n_dents && tb->dents[v->di].rec < i)
+        v->di++;
+    if (v->di < tb->n_dents && tb->dents[v->di].rec == i) {
+        const xsp_data_ent *e = &tb->dents[v->di++];
+        if (!dk->in_ready) {
+            if (xsp_inputs_keys_init(t, &dk->in) != 0)
+                return -1;
+            dk->in_ready = 1;
+        }
+        uint32_t added = 0;
+        int rc = xsp_inputs_decode(t, &dk->in, tb->dbytes + e->off, e->len, &added);
+        if (rc < 0)
+            return -1;
+        if (rc > 0)
+            dk->malformed++;
+        s->attr_n = (uint16_t)(s->attr_n + added);
+    }
+    while (v->mi < tb->n_ments && tb->ments[v->mi].rec < i)
+        v->mi++;
+    for (; v->mi < tb->n_ments && tb->ments[v->mi].rec == i; v->mi++) {
+        const xsp_mem_ent *m = &tb->ments[v->mi];
+        int64_t vals[6] = {(int64_t)m->allocs, (int64_t)m->alloc_bytes, (int64_t)m->frees,
+                           (int64_t)m->free_bytes, m->peak, m->total};
+        for (int f = 0; f < 6; f++) {
+            uint32_t *key = &dk->mem[m->dev][f];
+            if (!*key) {
+                char name[40];
+                int n = snprintf(name, sizeof name, "mem.%s.%s", MEM_DEV[m->dev], MEM_FIELD[f]);
+                *key = xsp_strtab_intern(&t->strings, name, (size_t)n);
+                if (*key == UINT32_MAX) {
+                    *key = 0;
+                    return -1;
+                }
+            }
+            xsp_attr a = {.key = *key, .type = XSP_ATTR_INT, .v.i = vals[f]};
+            if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
+                return -1;
+            s->attr_n++;
+        }
+    }
+    return 0;
+}
 
 /* Hash map (rf thread, seq) -> span id, open addressing. */
 typedef struct seqmap {
@@ -210,7 +274,7 @@ static int pick(const thread_view *v, uint32_t n)
 }
 
 static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const uint32_t *keys,
-                    const xsp_clock_map *map)
+                    const xsp_clock_map *map, data_keys *dk)
 {
     for (int k; (k = pick(v, n)) >= 0;) {
         thread_view *tv = &v[k];
@@ -230,7 +294,8 @@ static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const
             .kind = r->kind,
             .flags = r->flags & (XSP_FLAG_OPEN_AT_STOP | XSP_FLAG_FORCED_END),
         };
-        if (add_attrs(t, &s, r, tv, fwd, keys) != 0)
+        if (add_attrs(t, &s, r, tv, fwd, keys) != 0
+            || ((tv->tb->n_dents || tv->tb->n_ments) && add_data_attrs(t, &s, i, tv, dk) != 0))
             return -1;
         tv->gid[i] = xsp_trace_add_span(t, &s);
         if (tv->gid[i] == UINT32_MAX)
@@ -287,9 +352,10 @@ static void adopt_roots(xsp_trace *t)
  * thread cut, and those cut as they entered the trace's table (kernel names demangled past
  * the limit by the GPU merge, which counts its own store's); a name cut on two threads
  * counts twice. */
-static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
+static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n, const data_keys *dk)
 {
-    int64_t cap = 0, depth = 0, unmatched = 0, forced = 0, open = 0;
+    int64_t cap = 0, depth = 0, unmatched = 0, forced = 0, open = 0, data = 0;
+    int64_t outside[XSP_MEM_DEVS][2] = {{0}};
     int64_t cut = (int64_t)t->strings.ncut;
     for (uint32_t i = 0; i < n; i++) {
         cap += (int64_t)(bufs[i]->lost_cap + bufs[i]->lost_end);
@@ -298,7 +364,27 @@ static int add_counters(xsp_trace *t, xsp_tbuf *const *bufs, uint32_t n)
         forced += (int64_t)bufs[i]->forced;
         open += bufs[i]->open;
         cut += (int64_t)bufs[i]->names.ncut;
+        data += (int64_t)bufs[i]->lost_data;
+        for (int d = 0; d < XSP_MEM_DEVS; d++)
+            for (int k = 0; k < 2; k++)
+                outside[d][k] += (int64_t)bufs[i]->mem_outside[d][k];
     }
+    /* the counters of the options (record_shapes, profile_memory) only where they count */
+    int rc = 0;
+    if (data)
+        rc |= xsp_trace_add_counter(t, "lost.data", data);
+    if (dk->malformed)
+        rc |= xsp_trace_add_counter(t, "inputs.malformed", (int64_t)dk->malformed);
+    for (int d = 0; d < XSP_MEM_DEVS; d++)
+        for (int k = 0; k < 2; k++)
+            if (outside[d][k]) {
+                char name[64];
+                snprintf(name, sizeof name, "memory.outside_spans.%s.%s", MEM_DEV[d],
+                         k ? "freed_bytes" : "alloc_bytes");
+                rc |= xsp_trace_add_counter(t, name, outside[d][k]);
+            }
+    if (rc)
+        return -1;
     return xsp_trace_add_counter(t, "lost.cap", cap) | xsp_trace_add_counter(t, "lost.depth", depth)
            | xsp_trace_add_counter(t, "unmatched_end", unmatched)
            | xsp_trace_add_counter(t, "forced_end", forced)
@@ -340,14 +426,16 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         seqmap_free(&fwd);
         memset(&fwd, 0, sizeof fwd);
     }
-    ok = ok && emit_all(t, v, n, &fwd, keys, map) == 0;
+    data_keys dk;
+    memset(&dk, 0, sizeof dk);
+    ok = ok && emit_all(t, v, n, &fwd, keys, map, &dk) == 0;
     if (ok && adopt)
         adopt_roots(t);
     if (ok && extra && extra->fn) {
         resolver rs = {v, n};
         ok = extra->fn(t, resolve, &rs, map, extra->arg) == 0;
     }
-    ok = ok && add_counters(t, bufs, n) == 0
+    ok = ok && add_counters(t, bufs, n, &dk) == 0
          && xsp_trace_add_counter(t, "fwd_op.skipped", linked ? 0 : (int64_t)seq_ops) == 0;
     ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0
          && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)xsp_clock_to_ns(map, stop)) == 0

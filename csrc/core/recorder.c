@@ -181,6 +181,7 @@ static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
     tb->ldepth = 0;
     tb->loverflow = 0;
     tb->lost_cap = tb->lost_end = 0;
+    tb->lost_data = 0;
     tb->hdepth = 0;
     tb->hoverflow = 0;
     xsp_strtab_clear(&tb->names);
@@ -637,6 +638,43 @@ void xsp_rec_end_l(uint64_t key)
     end_l_slow(key, now);
 }
 
+/* Data events: a payload attached to a span at stop (tbuf.h, replay.c).  Never on a fast
+ * path: record_shapes and profile_memory are options that cost what they cost. */
+void xsp_rec_data(uint32_t sub, const void *data, uint32_t len)
+{
+    uint64_t now = xsp_clock_ticks();
+    xsp_tbuf *tb = enter();
+    if (!tb)
+        return;
+    uint32_t padded = (len + 7u) & ~7u;
+    if (len > XSP_DATA_MAX || sub == 0 || sub > 0xFFu) {
+        tb->lost_data++;
+        leave(tb);
+        return;
+    }
+    /* room for the event and its payload: wend + 32 is the chunk's end */
+    if (tb->capped || (tb->wp > tb->wend || (size_t)(tb->wend + 32 - tb->wp) < 16u + padded)) {
+        if (tb->capped || tbuf_new_chunk(tb) != 0) {
+            if (!tb->capped) {
+                tb->capped = 1;
+                tb->fast_gen = 0;
+            }
+            tb->lost_data++;
+            leave(tb);
+            return;
+        }
+    }
+    uint64_t *w = (uint64_t *)(void *)tb->wp;
+    w[0] = now;
+    w[1] = (uint64_t)len | (uint64_t)sub << 32 | (uint64_t)XSP_EV_DATA << 56;
+    if (len)
+        memcpy(tb->wp + 16, data, len);
+    if (padded > len)
+        memset(tb->wp + 16 + len, 0, padded - len);
+    tb->wp += 16 + padded;
+    leave(tb);
+}
+
 void xsp_rec_names_changed(void)
 {
     /* 0 marks slots that are not stable: the epoch never takes it (it wraps past it after
@@ -744,6 +782,14 @@ static void tbuf_release(xsp_tbuf *tb)
     free(tb->ord2rec);
     tb->ord2rec = NULL;
     tb->n_ord = 0;
+    free(tb->dbytes);
+    free(tb->dents);
+    free(tb->ments);
+    tb->dbytes = NULL;
+    tb->dents = NULL;
+    tb->ments = NULL;
+    tb->n_dbytes = tb->cap_dbytes = tb->n_dents = tb->cap_dents = 0;
+    tb->n_ments = tb->cap_ments = 0;
 }
 
 /* Unlinks and frees buffers of exited threads (not the head: pushers race only on it). */

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "clock.h"
+#include "include/xsp_api.h"
 #include "trace.h"
 
 #define XSP_MAX_DEPTH 1024          /* deepest nesting recorded per thread */
@@ -103,6 +104,22 @@ void xsp_rec_end(uint64_t key, uint32_t flags);
 
 /* Hot path.  xsp_rec_end(key, 0) for a key below 2^56: the torch shim's exit for ops. */
 void xsp_rec_end_l(uint64_t key);
+
+/* Data events.  Appends a payload of len bytes (at most XSP_DATA_MAX) to the calling thread's
+ * log, timestamped now, to be attached at stop to a span recorded on this thread:
+ *   XSP_DATA_INPUTS: to the span begun just before on this thread, when that begin was recorded
+ *     and nothing else was logged since (the torch shim calls it right after an op's begin);
+ *     the payload is an op's inputs as inputs.h encodes them;
+ *   XSP_DATA_MEM: to the innermost span open on the thread at that point (its nearest recorded
+ *     ancestor when nesting was too deep); the payload is one xsp_mem_event (below).  With no
+ *     span open, it is counted per device in the counters "memory.outside_spans.*".
+ * A payload that cannot be written (cap, a length over XSP_DATA_MAX, an unknown sub) or not
+ * attached is counted in "lost.data".  Never fails visibly; no lock; allocates only a new log
+ * chunk when the current one is full (as a begin does); safe from any thread; does nothing when
+ * not recording.  data may be NULL when len is 0. */
+/* XSP_DATA_INPUTS, XSP_DATA_MEM, XSP_DATA_MAX and xsp_mem_event are in include/xsp_api.h,
+ * which the torch shim (C++) shares. */
+void xsp_rec_data(uint32_t sub, const void *data, uint32_t len);
 
 /* Tells the recorder that names passed with XSP_NAME_STABLE may have changed (an operator was
  * registered or deregistered): each is read again when next seen.  Thread-safe, lock-free,

@@ -18,13 +18,88 @@
  * log together stay near the log's size.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tbuf.h"
 
 typedef struct open_span {
     uint64_t key;       /* the caller's key */
     uint32_t idx;       /* its record */
+    uint32_t mem[XSP_MEM_DEVS];  /* its memory entries per device (ments), XSP_NONE: none yet */
 } open_span;
+
+/* Grows *p (elements of size sz, *cap of them) to hold need. 0, or -1 on OOM. */
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    if (c > UINT32_MAX)
+        return -1;
+    void *n = realloc(*p, (size_t)c * sz);
+    if (!n)
+        return -1;
+    *p = n;
+    *cap = (uint32_t)c;
+    return 0;
+}
+
+/* An XSP_DATA_INPUTS payload for record rec: copied out of the log (which is reused). */
+static int keep_inputs(xsp_tbuf *tb, uint32_t rec, const uint8_t *data, uint32_t len)
+{
+    if ((uint64_t)tb->n_dbytes + len > UINT32_MAX
+        || grow((void **)&tb->dbytes, &tb->cap_dbytes, tb->n_dbytes + len, 1) != 0
+        || grow((void **)&tb->dents, &tb->cap_dents, tb->n_dents + 1, sizeof *tb->dents) != 0)
+        return -1;
+    memcpy(tb->dbytes + tb->n_dbytes, data, len);
+    tb->dents[tb->n_dents++] = (xsp_data_ent){rec, tb->n_dbytes, len};
+    tb->n_dbytes += len;
+    return 0;
+}
+
+/* An XSP_DATA_MEM event inside open span o (NULL: none open). 0, or -1 on OOM. */
+static int add_mem(xsp_tbuf *tb, open_span *o, const uint8_t *data, uint32_t len)
+{
+    xsp_mem_event ev;
+    if (len != sizeof ev) {
+        tb->lost_data++;
+        return 0;
+    }
+    memcpy(&ev, data, sizeof ev);
+    uint32_t d = ev.dev < XSP_MEM_DEVS ? ev.dev : XSP_MEM_DEVS - 1;
+    if (!o) {
+        tb->mem_outside[d][ev.size < 0] += (uint64_t)(ev.size < 0 ? -ev.size : ev.size);
+        return 0;
+    }
+    if (o->mem[d] == XSP_NONE) {
+        if (grow((void **)&tb->ments, &tb->cap_ments, tb->n_ments + 1, sizeof *tb->ments) != 0)
+            return -1;
+        o->mem[d] = tb->n_ments;
+        tb->ments[tb->n_ments++] = (xsp_mem_ent){.rec = o->idx, .dev = d, .peak = INT64_MIN};
+    }
+    xsp_mem_ent *m = &tb->ments[o->mem[d]];
+    if (ev.size >= 0) {
+        m->allocs++;
+        m->alloc_bytes += (uint64_t)ev.size;
+    } else {
+        m->frees++;
+        m->free_bytes += (uint64_t)-ev.size;
+    }
+    m->total = ev.total;
+    if (ev.total > m->peak)
+        m->peak = ev.total;
+    return 0;
+}
+
+static int ment_cmp(const void *a, const void *b)
+{
+    const xsp_mem_ent *x = a, *y = b;
+    if (x->rec != y->rec)
+        return x->rec < y->rec ? -1 : 1;
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
 
 _Static_assert(XSP_LOG_BYTES == XSP_CHUNK_RECS * sizeof(xsp_rec),
                "a log chunk, once read, is reused as a record chunk");
@@ -83,6 +158,8 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
     tb->n_ord = 0;
     tb->open = 0;
     tb->lost_depth = tb->unmatched = tb->forced = 0;
+    tb->n_dbytes = tb->n_dents = tb->n_ments = 0;
+    memset(tb->mem_outside, 0, sizeof tb->mem_outside);
     open_span *stack = malloc(XSP_MAX_DEPTH * sizeof *stack);
     if (!stack)
         return -1;
@@ -91,12 +168,32 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
     uint32_t depth = 0, overflow = 0, ord_cap = 0;
     spare_chunks spare = {{NULL, NULL}, 0};
     int rc = 0;
+    uint32_t last_begin = XSP_NONE;   /* the record of the event just read, if a recorded begin */
     for (uint32_t c = 0; c < tb->n_log && rc == 0; c++) {
         const uint8_t *p = tb->log[c], *end = p + tb->log_used[c];
         while (p < end) {
             const uint64_t *w = (const uint64_t *)(const void *)p;
             uint32_t tag = (uint32_t)(w[1] >> 56);
             uint64_t key = w[1] & XSP_EV_KEY_MASK;
+            if (tag == XSP_EV_DATA) {
+                uint32_t len = (uint32_t)w[1], sub = (uint32_t)(w[1] >> 32) & 0xFFu;
+                const uint8_t *data = p + 16;
+                p += 16 + ((len + 7u) & ~7u);
+                int r = 0;
+                if (sub == XSP_DATA_INPUTS && last_begin != XSP_NONE)
+                    r = keep_inputs(tb, last_begin, data, len);
+                else if (sub == XSP_DATA_MEM && (depth || !overflow))
+                    r = add_mem(tb, depth ? &stack[depth - 1] : NULL, data, len);
+                else
+                    tb->lost_data++;   /* its span was lost (depth), or no begin before it */
+                last_begin = XSP_NONE;
+                if (r != 0) {
+                    rc = -1;
+                    break;
+                }
+                continue;
+            }
+            last_begin = XSP_NONE;
             if (tag & XSP_EV_BEGIN) {
                 p += 32;
                 uint32_t parent = depth ? stack[depth - 1].idx : XSP_NONE;
@@ -129,7 +226,8 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                     .kind = (uint8_t)(tag & 15u),
                     .flags = 0,
                 };
-                stack[depth++] = (open_span){key, idx};
+                stack[depth++] = (open_span){key, idx, {XSP_NONE, XSP_NONE, XSP_NONE}};
+                last_begin = idx;
             } else {
                 p += 16;
                 uint32_t d = depth;
@@ -179,5 +277,7 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
     }
     tb->open = depth;
     free(stack);
+    if (tb->n_ments > 1)
+        qsort(tb->ments, tb->n_ments, sizeof *tb->ments, ment_cmp);
     return rc;
 }

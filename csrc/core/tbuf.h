@@ -13,6 +13,9 @@
  *          XSP_EV_NAME2 when w3's high half is the second name); w2 a0; w3 name id | (a1 as
  *          32 bits, or the second name's id) << 32
  *   end    16 bytes: w0 ticks; w1 key | (XSP_EV_END | flags) << 56
+ *   data   16 bytes + the payload padded to 8: w0 ticks; w1 len | sub << 32 | XSP_EV_DATA << 56
+ *          (sub: XSP_DATA_INPUTS, attached to the begin just before it; XSP_DATA_MEM, to the
+ *          innermost open span; see recorder.h, xsp_rec_data)
  * Matching ends to begins, parents, forced ends and the depth limit are all worked out at stop
  * by replaying the log (replay.c) into fixed-size records (xsp_rec, 48 bytes) that the merge
  * reads; a record's local index is its begin's rank among the thread's recorded begins.
@@ -38,6 +41,7 @@
 #define XSP_EV_BEGIN 0x80u         /* a begin; low bits: level << 4 | kind */
 #define XSP_EV_NAME2 0x40u         /* with XSP_EV_BEGIN: w3's high half is the second name */
 #define XSP_EV_END 0x40u           /* without XSP_EV_BEGIN: an end; low 6 bits: its flags */
+#define XSP_EV_DATA 0x20u          /* neither: a data event (its tag is exactly this) */
 #define XSP_EV_KEY_MASK ((UINT64_C(1) << 56) - 1)
 _Static_assert(XSP_NKINDS <= 16 && XSP_NLEVELS <= 4, "kind and level fit a begin's tag");
 
@@ -53,6 +57,28 @@ typedef struct xsp_rec {
     uint8_t  kind;      /* enum xsp_kind */
     uint16_t flags;     /* enum xsp_span_flag bits */
 } xsp_rec;
+
+/* Replay-time side records of data events (xsp_rec_data), kept sorted by rec so that the merge
+ * walks them with a cursor as it emits the thread's records in order. */
+typedef struct xsp_data_ent {
+    uint32_t rec;       /* local index of the record it belongs to */
+    uint32_t off;       /* payload offset in the buffer's dbytes */
+    uint32_t len;       /* payload bytes */
+} xsp_data_ent;
+
+/* Memory reported inside one record (itself, not its children), per device type
+ * (0 CPU, 1 CUDA, 2 other): the allocator's events while the span was the innermost open one. */
+typedef struct xsp_mem_ent {
+    uint32_t rec;            /* local index of the record */
+    uint32_t dev;            /* device type index, < XSP_MEM_DEVS */
+    uint64_t allocs;         /* allocations */
+    uint64_t frees;          /* frees */
+    uint64_t alloc_bytes;    /* bytes allocated */
+    uint64_t free_bytes;     /* bytes freed */
+    int64_t  peak;           /* highest total allocated the allocator reported, INT64_MIN none */
+    int64_t  total;          /* total allocated at its last event */
+} xsp_mem_ent;
+#define XSP_MEM_DEVS 3
 
 /* A direct-mapped cache of names passed NUL-terminated (the shim's): pointer -> id, hit only
  * when the bytes at the pointer still equal the interned copy, so a reused pointer is safe;
@@ -122,6 +148,19 @@ typedef struct xsp_tbuf {
     uint64_t lost_depth;        /* spans not recorded because nesting exceeded XSP_MAX_DEPTH */
     uint64_t unmatched;         /* ends whose key was not open (began before the session) */
     uint64_t forced;            /* spans ended early because an enclosing span ended */
+    uint8_t *dbytes;            /* payloads of XSP_DATA_INPUTS events; owned */
+    uint32_t n_dbytes;          /* bytes used in dbytes */
+    uint32_t cap_dbytes;        /* bytes allocated */
+    xsp_data_ent *dents;        /* the inputs attached to records, by rec; owned */
+    uint32_t n_dents;           /* entries used */
+    uint32_t cap_dents;         /* entries allocated */
+    xsp_mem_ent *ments;         /* memory per record and device, sorted by (rec, dev); owned */
+    uint32_t n_ments;           /* entries used */
+    uint32_t cap_ments;         /* entries allocated */
+    uint64_t lost_data;         /* data events written but not attached (their span was lost,
+                                 * or no begin preceded them) or not written (cap, too long) */
+    uint64_t mem_outside[XSP_MEM_DEVS][2];  /* allocations / frees reported with no span open
+                                 * on the thread: [dev][0] bytes allocated, [dev][1] freed */
     struct xsp_tbuf *next;      /* registry link; written once before publication */
 } xsp_tbuf;
 

@@ -22,7 +22,19 @@
 #define XSP_NAME_STABLE 0x80u       /* rec_begin_l kind flag: the name's bytes stay put until
                                      * the next names_changed() (see recorder.h) */
 #endif
-#define XSP_CORE_API_VERSION 3
+#define XSP_CORE_API_VERSION 4
+
+/* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
+ * payload.  Part of the ABI between the core and the shim. */
+#define XSP_DATA_INPUTS 1u      /* an op's inputs (csrc/core/inputs.h), after its begin */
+#define XSP_DATA_MEM 2u         /* one xsp_mem_event, in the innermost open span */
+#define XSP_DATA_MAX 8192u      /* longest payload */
+typedef struct xsp_mem_event {
+    int64_t size;          /* bytes allocated (> 0) or freed (< 0) */
+    int64_t total;         /* total allocated on the device after it, as the allocator says */
+    uint32_t dev;          /* device type: 0 CPU, 1 CUDA, 2 other */
+    uint32_t pad;          /* 0 */
+} xsp_mem_event;
 
 typedef struct xsp_core_api {
     uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
@@ -39,6 +51,10 @@ typedef struct xsp_core_api {
      * shim when an operator is registered or deregistered (see XSP_NAME_STABLE) */
     void (*rec_end_l)(uint64_t key);
     void (*names_changed)(void);
+    /* version 4: xsp_rec_data (recorder.h: an op's inputs, an allocation), and
+     * xsp_inputs_set_dtype_names (inputs.h: the names torch prints for each ScalarType) */
+    void (*rec_data)(uint32_t sub, const void *data, uint32_t len);
+    int (*set_dtype_names)(const char *const *names, uint32_t n);
 } xsp_core_api;
 
 /* The other direction: the torch shim's table, exported by xsp._torch as the capsule
@@ -46,7 +62,7 @@ typedef struct xsp_core_api {
  * callback inside their own start and stop (csrc/torch/shim.h has the contracts).  Same ABI
  * rule. */
 #define XSP_TORCH_API_CAPSULE "xsp._torch._C_API"
-#define XSP_TORCH_API_VERSION 1
+#define XSP_TORCH_API_VERSION 2
 
 typedef struct xsp_torch_api {
     uint32_t version;      /* XSP_TORCH_API_VERSION of the shim that filled the table */
@@ -54,6 +70,11 @@ typedef struct xsp_torch_api {
     int (*attach)(const xsp_core_api *api, char *err, size_t errlen);  /* xsp_torch_attach */
     void (*detach)(void);                                              /* xsp_torch_detach */
     int (*attached)(void);                                             /* xsp_torch_attached */
+    /* version 2: attach with options (XSP_TORCH_INPUTS, XSP_TORCH_MEMORY): xsp_torch_attach2 */
+    int (*attach2)(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
 } xsp_torch_api;
+
+#define XSP_TORCH_INPUTS 1u   /* record each op's inputs (record_shapes) */
+#define XSP_TORCH_MEMORY 2u   /* record allocations per span (profile_memory) */
 
 #endif

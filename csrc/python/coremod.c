@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../core/clock.h"
+#include "../core/inputs.h"
 #include "../core/recorder.h"
 #include "../core/tmerge.h"
 #include "../include/xsp_api.h"
@@ -36,6 +37,8 @@ static const xsp_core_api core_api = {
     .rec_begin_l = xsp_rec_begin_l,
     .rec_end_l = xsp_rec_end_l,
     .names_changed = xsp_rec_names_changed,
+    .rec_data = xsp_rec_data,
+    .set_dtype_names = xsp_inputs_set_dtype_names,
 };
 
 static xsp_core_state *xsp_state(PyObject *mod)

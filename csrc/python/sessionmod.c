@@ -67,6 +67,7 @@ typedef struct {
     PyObject *orig;             /* the __call__ it replaced, set at start (strong) */
     PyObject *cell;             /* the Python wrapper's list [on, orig] (strong), or NULL */
     PyObject *torch;            /* xsp._torch's capsule (strong), or NULL: no level L ops */
+    unsigned int torch_opts;    /* XSP_TORCH_INPUTS | XSP_TORCH_MEMORY for the shim's attach */
     PyObject *sync;             /* callable run at stop, returns None or a message, or NULL */
     PyObject *names;            /* dict native tid -> thread name, or NULL */
     PyObject *threads;          /* threading._active, {ident: Thread}, read at stop, or NULL */
@@ -252,7 +253,8 @@ static const xsp_torch_api *torch_api(SessionObject *self)
 
 static int torch_start(void *ctx, char *err, size_t errlen)
 {
-    return torch_api(ctx)->attach(xsp_py_core_api(), err, errlen);
+    SessionObject *self = ctx;
+    return torch_api(self)->attach2(xsp_py_core_api(), self->torch_opts, err, errlen);
 }
 
 static void torch_stop(void *ctx, char *err, size_t errlen)
@@ -857,13 +859,14 @@ static int parse_schedule(PyObject *o, xsp_schedule *sc)
 /* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
  *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
  *        torch=None, sync=None, names=None, threads=None, side=None, hook_owner=None,
- *        meta=None, where=None, schedule=None, on_trace_ready=None) */
+ *        meta=None, where=None, schedule=None, on_trace_ready=None, torch_options=0) */
 static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
                              "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
                              "wrapper", "cell", "torch", "sync", "names", "threads", "side",
-                             "hook_owner", "meta", "where", "schedule", "on_trace_ready", NULL};
+                             "hook_owner", "meta", "where", "schedule", "on_trace_ready",
+                             "torch_options", NULL};
     const char *levels, *region = NULL;
     unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
     int gpu = 0, share = 0, fallback = 0;
@@ -871,12 +874,15 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
              *sync = Py_None, *names = Py_None, *more = Py_None, *side = Py_None,
              *owner = Py_None, *meta = Py_None, *where = Py_None, *sched = Py_None,
              *ready = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOO:_setup", kwlist, &levels,
-                                     &region, &max_bytes, &pool_bytes, &gpu, &gpu_max, &share,
-                                     &fallback, &module_type, &wrapper, &cell, &torch, &sync,
-                                     &names, &more, &side, &owner, &meta, &where, &sched,
-                                     &ready))
+    unsigned int topts = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOOI:_setup", kwlist,
+                                     &levels, &region, &max_bytes, &pool_bytes, &gpu, &gpu_max,
+                                     &share, &fallback, &module_type, &wrapper, &cell, &torch,
+                                     &sync, &names, &more, &side, &owner, &meta, &where, &sched,
+                                     &ready, &topts))
         return NULL;
+    if (topts & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY))
+        return PyErr_Format(PyExc_ValueError, "_setup: unknown torch_options %u", topts);
     xsp_core_state *st = state_of((PyObject *)self);
     if (!st)
         return NULL;
@@ -902,7 +908,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_TypeError, "_setup: torch must be xsp._torch._C_API");
     if (torch != Py_None) {
         const xsp_torch_api *api = PyCapsule_GetPointer(torch, XSP_TORCH_API_CAPSULE);
-        if (!api || api->version < 1 || api->size < sizeof *api)
+        if (!api || api->version < 2 || api->size < sizeof *api)
             return PyErr_Format(st->source_error, "xsp._torch's table is too old (version "
                                 "%u): rebuild xsp", api ? (unsigned)api->version : 0u);
     }
@@ -915,6 +921,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     self->gpu_max = gpu_max;
     self->gpu_share = share;
     self->gpu_fallback = fallback;
+    self->torch_opts = topts;
     self->sched = sc;
     if (sched != Py_None && ready == Py_None && !(self->traces = PyList_New(0)))
         return NULL;

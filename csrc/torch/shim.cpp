@@ -34,9 +34,11 @@
 #include "shim.h"
 
 extern "C" {
-#include "core/trace.h"  /* XSP_LEVEL_L, XSP_KIND_*: only the enums are used */
+#include "core/inputs.h"    /* the inputs payload's layout (XSP_IN_*) */
+#include "core/trace.h"     /* XSP_LEVEL_L, XSP_KIND_*: only the enums are used */
 }
 
+#include <ATen/core/List.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
@@ -60,11 +62,13 @@ namespace {
 using begin_fn = void (*)(uint8_t, const char *, uint64_t, int64_t, int64_t) noexcept;
 using end_fn = void (*)(uint64_t) noexcept;                 /* rec_end_l */
 using changed_fn = void (*)() noexcept;                     /* names_changed */
+using data_fn = void (*)(uint32_t, const void *, uint32_t) noexcept;   /* rec_data */
 
 /* Set at attach, never cleared (see the lifetime note above). */
 std::atomic<begin_fn> g_begin{nullptr};  /* the core's rec_begin_l, null before the first attach */
 std::atomic<end_fn> g_end{nullptr};      /* the core's rec_end_l, null before the first attach */
 std::atomic<changed_fn> g_changed{nullptr};  /* the core's names_changed */
+std::atomic<data_fn> g_data{nullptr};        /* the core's rec_data (options only) */
 
 /* Protected by g_lock: written by attach/detach only. */
 std::mutex g_lock;                        /* serialises attach and detach */
@@ -159,8 +163,10 @@ private:
  * schema-named ops.  Written under g_lock, read lock-free. */
 std::atomic<uint8_t> g_stable_bit{0};
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noexcept
+/* The begin of every span: returns the op's schema when it has one (for the inputs). */
+inline const c10::FunctionSchema *begin_span(const at::RecordFunction &fn) noexcept
 {
+    const c10::FunctionSchema *schema_out = nullptr;
     try {
         begin_fn begin = g_begin.load(std::memory_order_relaxed);
         if (begin == nullptr)
@@ -172,6 +178,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noex
         const fn_variant &v = fn.*fn_member_of(fn_tag{});
         if (const auto *schema = std::get_if<at::RecordFunction::schema_ref_t>(&v)) {
             name = schema->get().name().c_str();
+            schema_out = &schema->get();
             kind |= g_stable_bit.load(std::memory_order_relaxed);
         } else {
             name = std::get<std::string>(v).c_str();
@@ -191,6 +198,203 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noex
         /* name() cannot throw in practice; if it ever does, the span is lost and its end is
          * counted as unmatched by the core. */
     }
+    return schema_out;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) noexcept
+{
+    begin_span(fn);
+    return nullptr;
+}
+
+
+/*
+ * record_shapes: each op's inputs, encoded as inputs.h lays them out into a thread's scratch
+ * buffer with stores only, then handed to the core as one data event (which copies it into the
+ * thread's log).  Torch's own rules for what it shows (torch/csrc/profiler/collection.cpp,
+ * InputOutputEncoder): a tensor that is undefined, nested or has symbolic sizes shows no
+ * shape; strides only for strided layouts; a list is a scalar list when empty or when its
+ * first element is a scalar and it has at most 30 elements; anything else is "other".
+ */
+constexpr size_t kScalarListLimit = 30;   /* torch's SCALAR_LIST_LENGTH_LIMIT */
+
+struct encoder {
+    uint8_t *p;        /* next byte */
+    uint8_t *end;      /* one past the buffer */
+    bool full;         /* an item did not fit: it and everything after are left out */
+
+    bool room(size_t n) const noexcept { return static_cast<size_t>(end - p) >= n; }
+    void u8(uint8_t v) noexcept { *p++ = v; }
+    void bytes(const void *v, size_t n) noexcept
+    {
+        std::memcpy(p, v, n);
+        p += n;
+    }
+};
+
+thread_local uint8_t t_inputs[XSP_DATA_MAX];   /* the thread's scratch payload */
+
+/* A tensor item ('T' or 'U'); false when it does not fit (nothing written). */
+bool put_tensor(encoder &e, const at::Tensor &t)
+{
+    if (!t.defined() || t.is_nested() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+        if (!e.room(1))
+            return false;
+        e.u8('U');
+        return true;
+    }
+    c10::IntArrayRef sizes = t.sizes();
+    bool strided = t.layout() == at::kStrided;
+    size_t nd = sizes.size() > 255 ? 255 : sizes.size();
+    if (!e.room(4 + nd * 8 * (strided ? 2 : 1)))
+        return false;
+    e.u8('T');
+    e.u8(static_cast<uint8_t>(t.scalar_type()));
+    e.u8(static_cast<uint8_t>(nd));
+    e.u8(strided ? 1 : 0);
+    e.bytes(sizes.data(), nd * 8);
+    if (strided)
+        e.bytes(t.strides().data(), nd * 8);
+    return true;
+}
+
+/* A scalar IValue ('i', 'd', 'b', 'c'; symbolic ones as 'O'); false when it does not fit. */
+bool put_scalar(encoder &e, const c10::IValue &v)
+{
+    if (!e.room(17))
+        return false;
+    if (v.isInt()) {
+        int64_t x = v.toInt();
+        e.u8('i');
+        e.bytes(&x, 8);
+    } else if (v.isDouble()) {
+        double x = v.toDouble();
+        e.u8('d');
+        e.bytes(&x, 8);
+    } else if (v.isBool()) {
+        e.u8('b');
+        e.u8(v.toBool() ? 1 : 0);
+    } else if (v.isComplexDouble()) {
+        c10::complex<double> z = v.toComplexDouble();
+        double re = z.real(), im = z.imag();
+        e.u8('c');
+        e.bytes(&re, 8);
+        e.bytes(&im, 8);
+    } else {
+        e.u8('O');
+    }
+    return true;
+}
+
+/* A list that is neither a tensor list nor a scalar: 'I', 'D', 'B' or 'O'. */
+bool put_list(encoder &e, const c10::IValue &v)
+{
+    c10::ArrayRef<c10::IValue> list = v.toListRef();
+    size_t n = list.size();
+    char tag = 'I';
+    if (n > kScalarListLimit) {
+        tag = 'O';
+    } else if (n > 0) {
+        const c10::IValue &first = list[0];
+        tag = first.isInt() ? 'I' : first.isDouble() ? 'D' : first.isBool() ? 'B' : 'O';
+        for (const c10::IValue &x : list)
+            if ((tag == 'I' && !x.isInt()) || (tag == 'D' && !x.isDouble())
+                || (tag == 'B' && !x.isBool()))
+                tag = 'O';   /* torch would print them; mixed lists do not occur in aten */
+    }
+    if (tag == 'O') {
+        if (!e.room(1))
+            return false;
+        e.u8('O');
+        return true;
+    }
+    if (!e.room(2 + n * 8))
+        return false;
+    e.u8(static_cast<uint8_t>(tag));
+    e.u8(static_cast<uint8_t>(n));
+    for (const c10::IValue &x : list) {
+        if (tag == 'I') {
+            int64_t y = x.toInt();
+            e.bytes(&y, 8);
+        } else if (tag == 'D') {
+            double y = x.toDouble();
+            e.bytes(&y, 8);
+        } else {
+            e.u8(x.toBool() ? 1 : 0);
+        }
+    }
+    return true;
+}
+
+/* One input; false when it does not fit (the encoder is left where it was). */
+bool put_input(encoder &e, const c10::IValue &v)
+{
+    uint8_t *mark = e.p;
+    bool ok;
+    if (v.isTensor()) {
+        ok = put_tensor(e, v.toTensor());
+    } else if (v.isScalar()) {
+        ok = put_scalar(e, v);
+    } else if (v.isTensorList()) {
+        ok = e.room(3);
+        if (ok) {
+            c10::List<at::Tensor> list = v.toTensorList();
+            size_t n = list.size() > 0xFFFF ? 0xFFFF : list.size();
+            uint16_t n16 = static_cast<uint16_t>(n);
+            e.u8('L');
+            e.bytes(&n16, 2);
+            for (size_t i = 0; ok && i < n; i++)
+                ok = put_tensor(e, list.get(i));
+        }
+    } else if (v.isList()) {
+        ok = put_list(e, v);
+    } else {
+        ok = e.room(1);
+        if (ok)
+            e.u8(v.isNone() ? 'N' : 'O');
+    }
+    if (!ok)
+        e.p = mark;
+    return ok;
+}
+
+/* Encodes fn's inputs into t_inputs; returns the payload's length. */
+uint32_t encode_inputs(const at::RecordFunction &fn, const c10::FunctionSchema *schema)
+{
+    encoder e{t_inputs, t_inputs + sizeof t_inputs, false};
+    const std::string *ov = schema != nullptr ? &schema->overload_name() : nullptr;
+    size_t olen = ov != nullptr ? (ov->size() > 255 ? 255 : ov->size()) : 0;
+    e.u8(XSP_IN_VERSION);
+    e.u8(static_cast<uint8_t>(olen));
+    if (olen)
+        e.bytes(ov->data(), olen);
+    uint8_t *flags = e.p;
+    e.u8(schema != nullptr ? XSP_IN_SCHEMA : 0);
+    uint8_t *count = e.p;
+    e.p += 2;
+    uint16_t n = 0;
+    for (const c10::IValue &v : fn.inputs()) {
+        if (n == 0xFFFF || !put_input(e, v)) {
+            *flags |= XSP_IN_TRUNCATED;
+            break;
+        }
+        n++;
+    }
+    std::memcpy(count, &n, 2);
+    return static_cast<uint32_t>(e.p - t_inputs);
+}
+
+std::unique_ptr<at::ObserverContext> on_start_inputs(const at::RecordFunction &fn) noexcept
+{
+    const c10::FunctionSchema *schema = begin_span(fn);
+    try {
+        data_fn data = g_data.load(std::memory_order_relaxed);
+        if (data != nullptr)
+            data(XSP_DATA_INPUTS, t_inputs, encode_inputs(fn, schema));
+    } catch (...) {
+        /* an IValue accessor threw (none does for the tags checked): no inputs for this op,
+         * which the trace shows as an op without input_dims */
+    }
     return nullptr;
 }
 
@@ -203,7 +407,59 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *) noexcept
 
 } // namespace
 
+namespace {
+
+/* profile_memory: the allocations PyTorch reports to profilers, as data events of the span
+ * open on the allocating thread.  Pushed as the attaching thread's PROFILER_STATE (which
+ * ThreadLocalState carries into autograd's workers and at::launch tasks), popped at detach. */
+struct mem_recorder final : c10::MemoryReportingInfoBase {
+    void reportMemoryUsage(void *, int64_t size, size_t total_allocated, size_t,
+                           c10::Device device) override
+    {
+        data_fn data = g_data.load(std::memory_order_relaxed);
+        if (data == nullptr || size == 0)
+            return;
+        xsp_mem_event ev{size, static_cast<int64_t>(total_allocated),
+                         device.is_cpu() ? 0u : device.is_cuda() ? 1u : 2u, 0u};
+        data(XSP_DATA_MEM, &ev, sizeof ev);
+    }
+    bool memoryProfilingEnabled() const override { return true; }
+};
+
+/* Protected by g_lock. */
+std::shared_ptr<mem_recorder> g_memrec;      /* made once, kept */
+bool g_memrec_pushed = false;                /* pushed on g_memrec_thread */
+std::thread::id g_memrec_thread;
+
+/* The names torch prints for each ScalarType ("float", "long int", ...), handed to the core
+ * once: its decoder turns the payloads' dtype numbers into them at stop. */
+int send_dtype_names(const xsp_core_api *api)
+{
+    constexpr int n = static_cast<int>(c10::ScalarType::NumOptions);
+    static std::string names[n];
+    const char *ptrs[n];
+    for (int i = 0; i < n; i++) {
+        ptrs[i] = nullptr;
+        try {
+            c10::string_view v = c10::scalarTypeToTypeMeta(static_cast<c10::ScalarType>(i)).name();
+            names[i].assign(v.data(), v.size());
+            ptrs[i] = names[i].c_str();
+        } catch (...) {
+            /* a ScalarType without a TypeMeta: decoded as "dtype<i>" */
+        }
+    }
+    return api->set_dtype_names(ptrs, static_cast<uint32_t>(n));
+}
+
+} // namespace
+
 extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errlen)
+{
+    return xsp_torch_attach2(api, 0, err, errlen);
+}
+
+extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char *err,
+                                 size_t errlen)
 {
     try {
         std::lock_guard<std::mutex> guard(g_lock);
@@ -231,6 +487,31 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errle
                     "xsp._torch: core API table lacks rec_begin_l/rec_end_l/names_changed");
             return -1;
         }
+        if (options & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY)) {
+            set_err(err, errlen, "xsp._torch: unknown attach options");
+            return -1;
+        }
+        if (options) {
+            size_t need4 = offsetof(xsp_core_api, set_dtype_names) + sizeof api->set_dtype_names;
+            if (api->version < 4 || api->size < need4 || api->rec_data == nullptr
+                || api->set_dtype_names == nullptr) {
+                set_err(err, errlen, "xsp._torch: core API table too old for record_shapes / "
+                                     "profile_memory: rebuild xsp");
+                return -1;
+            }
+            if ((options & XSP_TORCH_MEMORY)
+                && c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) {
+                set_err(err, errlen,
+                        "xsp._torch: profile_memory: another profiler (torch.profiler, or "
+                        "xsp's allocation counter) holds this thread's profiler state");
+                return -1;
+            }
+            if ((options & XSP_TORCH_INPUTS) && send_dtype_names(api) != 0) {
+                set_err(err, errlen, "xsp._torch: out of memory for the dtype names");
+                return -1;
+            }
+            g_data.store(reinterpret_cast<data_fn>(api->rec_data), std::memory_order_release);
+        }
         /* the C functions cannot throw: their noexcept pointer types say so */
         g_begin.store(reinterpret_cast<begin_fn>(api->rec_begin_l), std::memory_order_release);
         g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);
@@ -242,11 +523,12 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errle
                 std::make_unique<names_listener>()));
             g_stable_bit.store(XSP_NAME_STABLE, std::memory_order_release);
         }
+        bool inputs = (options & XSP_TORCH_INPUTS) != 0;
         at::CallbackHandle h = at::addGlobalCallback(
-            at::RecordFunctionCallback(on_start, on_end)
+            at::RecordFunctionCallback(inputs ? on_start_inputs : on_start, on_end)
                 .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                          at::RecordScope::USER_SCOPE})
-                .needsInputs(false)
+                .needsInputs(inputs)
                 .needsOutputs(false)
                 .needsIds(false));
         if (h == at::INVALID_CALLBACK_HANDLE) {
@@ -255,6 +537,13 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errle
         }
         g_handle = h;
         g_attached.store(1, std::memory_order_release);
+        if (options & XSP_TORCH_MEMORY) {
+            if (!g_memrec)
+                g_memrec = std::make_shared<mem_recorder>();
+            c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, g_memrec);
+            g_memrec_pushed = true;
+            g_memrec_thread = std::this_thread::get_id();
+        }
         return 0;
     } catch (const std::exception &e) {
         char msg[512];
@@ -275,6 +564,14 @@ extern "C" void xsp_torch_detach(void)
         at::removeCallback(g_handle);  /* only ours: never clearCallbacks / clearGlobalCallbacks */
         g_handle = at::INVALID_CALLBACK_HANDLE;
         g_attached.store(0, std::memory_order_release);
+        /* ours is popped only where it is on top of the thread that pushed it; elsewhere it
+         * stays, inert (the core records nothing outside a session) */
+        if (g_memrec_pushed && g_memrec_thread == std::this_thread::get_id()
+            && c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE)
+                   == g_memrec.get()) {
+            c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+            g_memrec_pushed = false;
+        }
     } catch (...) {
         /* std::mutex::lock or torch threw (neither does in practice): we stay attached, so
          * attached() tells the truth and a later detach can try again. */
@@ -419,6 +716,7 @@ extern "C" int xsp_torch_mem_end(xsp_torch_mem_counts *out, char *err, size_t er
 extern "C" const xsp_torch_api *xsp_torch_api_table(void)
 {
     static const xsp_torch_api table = {XSP_TORCH_API_VERSION, sizeof(xsp_torch_api),
-                                        xsp_torch_attach, xsp_torch_detach, xsp_torch_attached};
+                                        xsp_torch_attach, xsp_torch_detach, xsp_torch_attached,
+                                        xsp_torch_attach2};
     return &table;
 }

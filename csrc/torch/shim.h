@@ -38,6 +38,17 @@ extern "C" {
  * changed on failure.  Never throws.  Thread-safe against detach. */
 int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errlen);
 
+/* xsp_torch_attach with options: XSP_TORCH_INPUTS (xsp_api.h) registers the callback with
+ * torch's inputs on, and hands each op's inputs to the core as an XSP_DATA_INPUTS event right
+ * after its begin (record_shapes; the core must be of version >= 4: rec_data and
+ * set_dtype_names, and gets the dtype names first); XSP_TORCH_MEMORY pushes a memory reporter
+ * as the calling thread's PROFILER_STATE, whose allocations and frees (those PyTorch reports to
+ * profilers, on this thread and the threads its work is handed to) become XSP_DATA_MEM events,
+ * popped by xsp_torch_detach on the same thread (elsewhere it stays, inert).  Fails, with
+ * nothing changed, for unknown options, a core too old for them, or (XSP_TORCH_MEMORY) when
+ * another profiler holds the thread's profiler state.  Otherwise as xsp_torch_attach. */
+int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
+
 /* Removes the shim's callback (only ours: other tools' callbacks stay).  Does nothing when not
  * attached.  Ops already in flight may still run the end callback afterwards; it stays
  * harmless.  Cannot fail; never throws.  Thread-safe against attach. */
