@@ -128,6 +128,26 @@ def _module_names(trace, kinds, attrs):
     return names, mids
 
 
+# record_shapes: the op attributes and torch's args, in the order torch writes them
+INPUT_ARGS = (("concrete_inputs", "Concrete Inputs"), ("input_types", "Input type"),
+              ("input_strides", "Input Strides"), ("input_dims", "Input Dims"))
+
+
+def _put_inputs(args, a):
+    """An op's inputs as torch.profiler(record_shapes=True) writes them: the four lists,
+    left out for an op without inputs (as torch does); an attribute that is not JSON (a
+    hand-made trace) is left out too."""
+    if a.get("input_dims") in (None, "[]"):
+        return
+    for src, dst in INPUT_ARGS:
+        v = a.get(src)
+        if isinstance(v, str):
+            try:
+                args[dst] = json.loads(v)
+            except ValueError:
+                pass
+
+
 def write(trace, path, *, base_ns=None, leveled=None):
     """Writes trace (an xsp.Trace) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
     torch.profiler's layout, categories and args, ac2g and fwdbwd flows, xsp's extras in
@@ -283,6 +303,7 @@ def _events_text(trace, base_ns, leveled):
             args["External id"] = ext[i]
             if k != "model" and k != "module":
                 args["Record function id"] = 0
+                _put_inputs(args, a)
                 args["Ev Idx"] = ext[i] - 1
             seq = a.get("seq")
             if isinstance(seq, int) and seq >= 0 and k in ("op", "backward"):
@@ -659,6 +680,10 @@ def _build(path, doc):
         a = r["args"]
         if r["kind"] in ("op", "backward") and isinstance(a.get("Sequence number"), int):
             attrs["seq"] = a["Sequence number"]
+        if r["kind"] in ("op", "backward", "scope") and isinstance(a.get("Input Dims"), list):
+            for dst, src in INPUT_ARGS:      # record_shapes: as xsp records them
+                if isinstance(a.get(src), list):
+                    attrs[dst] = json.dumps(a[src])
         if r["kind"] == "step":
             attrs[ARG + "name"] = r["name"]
             name = "step#" + r["name"].split("#", 1)[1].strip()

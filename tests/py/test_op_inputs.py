@@ -231,3 +231,24 @@ def test_memory_counter_window_refused_inside_profile_memory():
             _torch.mem_begin()
     _torch.mem_begin()                 # popped at stop: the window opens again
     _torch.mem_end()
+
+
+def test_kineto_export_carries_inputs_as_torch_writes_them(tmp_path):
+    """xsp's Kineto JSON has the same four args per cpu_op as torch.profiler's, left out
+    where torch leaves them out; loading torch's trace gives the attributes back."""
+    model, x = CASES["mlp"]
+    _step(model, x)
+    events = _torch_ops(model, x, tmp_path)
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        _step(model, x)
+    prof.trace.to_kineto(str(tmp_path / "xsp.json"))
+    ours = [e for e in json.loads((tmp_path / "xsp.json").read_text())["traceEvents"]
+            if e.get("cat") == "cpu_op"]
+
+    def key(e):
+        return (e["name"],) + tuple(json.dumps(e["args"].get(k)) for k, _ in INPUT_KEYS)
+
+    assert Counter(map(key, ours)) == Counter(map(key, events))
+    back = xsp.load_kineto(str(tmp_path / "torch.json"))
+    got = Counter(_key_xsp(s) for s in back if "input_dims" in s.attrs)
+    assert got == Counter(_key_torch(e) for e in events if "Input Dims" in e["args"])
