@@ -252,3 +252,57 @@ def test_kineto_export_carries_inputs_as_torch_writes_them(tmp_path):
     back = xsp.load_kineto(str(tmp_path / "torch.json"))
     got = Counter(_key_xsp(s) for s in back if "input_dims" in s.attrs)
     assert got == Counter(_key_torch(e) for e in events if "Input Dims" in e["args"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_flops_of_xsp_traces_equal_flop_counter(case):
+    """xsp.flops on a trace the shim recorded (not a torch.profiler trace converted) totals
+    what FlopCounterMode counts on the same step, forward and backward."""
+    from torch.utils.flop_counter import FlopCounterMode
+    import xsp.flops
+    model, x = CASES[case]
+    _step(model, x)
+    with FlopCounterMode(display=False) as fc:
+        _step(model, x)
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        _step(model, x)
+    s = xsp.flops.summary(prof.trace)
+    assert s["flops"] == fc.get_total_flops() > 0
+    assert s["failed"] == {}
+
+
+def test_memory_analyses_exact():
+    import xsp.memory as M
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(10, 10), nn.Linear(10, 10)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    m, x = Two(), torch.randn(4, 10)
+    m(x)
+    with xsp.profile(levels="ML", profile_memory=True) as prof:
+        y = m(x)
+    tr = prof.trace
+    sp = M.spans(tr)
+    assert set(sp["device"]) == {"cpu"}
+    assert (sp["self_bytes"] == sp["alloc_bytes"] - sp["freed_bytes"]).all()
+    lay = M.layers(tr).set_index("name")
+    # each Linear's output: 4 x 10 floats, allocated inside its addmm, still alive after
+    for name in ("a", "b"):
+        assert lay.loc[name, "alloc_bytes"] == lay.loc[name, "self_bytes"] == 160
+    assert lay.loc["a", "peak_bytes"] < lay.loc["b", "peak_bytes"]
+    tl = M.timeline(tr)
+    assert list(tl["time_ns"]) == sorted(tl["time_ns"])
+    assert tl["total_bytes"].iloc[-1] - tl["total_bytes"].iloc[0] == 160
+    total = M.summary(tr)["cpu"]
+    assert total["alloc_bytes"] == int(sp["alloc_bytes"].sum()) and total["allocs"] >= 2
+    del y
+    with xsp.profile(levels="ML") as plain:
+        m(x)
+    assert not M.has_memory(plain.trace)
+    with pytest.raises(ValueError, match="profile_memory=True"):
+        M.layers(plain.trace)
