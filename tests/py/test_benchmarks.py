@@ -163,3 +163,15 @@ def test_the_production_shim_has_no_benchmark_code():
     import xsp._torch
     assert [n for n in dir(xsp._torch) if not n.startswith("__")] == [
         "_C_API", "attach", "attached", "detach", "mem_begin", "mem_end", "torch_version"]
+
+
+def test_bench_options_prints_every_option(capsys):
+    import bench_options
+    assert bench_options.main(["--steps", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    opts = bench_options.available()
+    rows = [line.split()[0:2] for line in out if re.match(r"^\w+ (torch\.profiler|xsp)\s", line)]
+    assert rows == [[o, v] for o in opts for v in ("torch.profiler", "xsp")]
+    assert [line.split()[0] for line in out if "torch.profiler/xsp:" in line] == opts
+    with pytest.raises(SystemExit):
+        bench_options.main(["--options", "bogus"])

@@ -1,0 +1,148 @@
+"""The recording options' cost per op: xsp against torch.profiler with the same option.
+
+One training step of a small MLP (Linear 64 -> 64, ReLU, Linear 64 -> 8, MSE loss, backward:
+about 60 ops and backward nodes, each with tensor, scalar and list inputs, and allocations),
+repeated --steps times inside each block, timed in one process with every variant interleaved
+round by round (shuffled, as the other benchmarks):
+  unprofiled
+  <option> torch.profiler   torch.profiler.profile(activities=[CPU], <option>=True)
+  <option> xsp               xsp.profile(levels="L", <option>=True)
+for the options none, record_shapes, profile_memory and with_stack (with_stack only where
+xsp.profile takes it).  For each: ns per op above unprofiled inside the block, and end to end
+(start + block + stop + building the results: events() / the Trace), per-round paired
+(common.paired_scaled), median ± half the IQR; then per option the ratio torch.profiler / xsp.
+
+    python benchmarks/bench_options.py [--steps 20] [--rounds 21] [--options a,b]
+"""
+import argparse
+import inspect
+import sys
+
+import common
+
+import torch
+import torch.nn as nn
+
+import xsp
+
+OPTIONS = ("none", "record_shapes", "profile_memory", "with_stack")
+
+
+def available():
+    """The options this xsp.profile takes."""
+    params = inspect.signature(xsp.profile).parameters
+    return [o for o in OPTIONS if o == "none" or o in params]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--options", default=",".join(OPTIONS))
+    args = ap.parse_args(argv)
+    opts = [o.strip() for o in args.options.split(",") if o.strip()]
+    bad = [o for o in opts if o not in OPTIONS]
+    if bad or args.steps < 1 or args.rounds < 1:
+        ap.error("options are %s; steps and rounds at least 1" % ", ".join(OPTIONS))
+    skipped = [o for o in opts if o not in available()]
+    opts = [o for o in opts if o in available()]
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    x, y = torch.randn(16, 64), torch.randn(16, 8)
+    loss_fn = nn.MSELoss()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+
+    def block():
+        t0 = common.now()
+        for _ in range(args.steps):
+            step()
+        return common.now() - t0
+
+    with xsp.profile(levels="L") as p:       # ops per step, counted once
+        step()
+    n_ops = len(p.trace.spans(kind="op")) + len(p.trace.spans(kind="backward"))
+    n = n_ops * args.steps
+
+    def result(t_start, t_block, t_stop):
+        return {"block": t_block / n, "e2e": (t_start + t_block + t_stop) / n}
+
+    def plain():
+        return result(0, block(), 0)
+
+    def tprof(opt):
+        kw = {} if opt == "none" else {opt: True}
+
+        def run():
+            t0 = common.now()
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **kw)
+            prof.__enter__()
+            t1 = common.now()
+            tb = block()
+            t2 = common.now()
+            prof.__exit__(None, None, None)
+            prof.events()
+            return result(t1 - t0, tb, common.now() - t2)
+        return run
+
+    def xprof(opt):
+        kw = {} if opt == "none" else {opt: True}
+
+        def run():
+            t0 = common.now()
+            prof = xsp.profile(levels="L", **kw)
+            prof.start()
+            t1 = common.now()
+            tb = block()
+            t2 = common.now()
+            prof.stop()
+            tr = prof.trace
+            r = result(t1 - t0, tb, common.now() - t2)
+            got = len(tr.spans(kind="op")) + len(tr.spans(kind="backward"))
+            assert got == n, "xsp recorded %d ops and backward nodes, expected %d" % (got, n)
+            if opt == "record_shapes":
+                assert all("input_dims" in s.attrs for s in tr.spans(kind="op"))
+            return r
+        return run
+
+    variants = {"unprofiled": plain}
+    for o in opts:
+        variants[o + " torch.profiler"] = tprof(o)
+        variants[o + " xsp"] = xprof(o)
+    for f in variants.values():
+        f()
+    res = common.rounds(variants, args.rounds)
+    print(common.machine())
+    print("per-op cost of each option: an MLP training step (%d ops and backward nodes) x %d "
+          "steps per block, %d rounds" % (n_ops, args.steps, args.rounds))
+    print("unprofiled: %.0f ns/op (median)" % common.med(res["unprofiled"]["block"]))
+    print("%-30s %22s %24s" % ("variant", "in block, ns/op above", "end to end, ns/op above"))
+    over = {}
+    for k in variants:
+        if k == "unprofiled":
+            continue
+        ob = common.paired_scaled(res, k, "unprofiled", "block")
+        oe = common.paired_scaled(res, k, "unprofiled", "e2e")
+        over[k] = (common.med(ob), common.med(oe))
+        print("%-30s %22s %24s" % (k, common.fmt(ob), common.fmt(oe)))
+    for o in opts:
+        tb, te = over[o + " torch.profiler"]
+        xb, xe = over[o + " xsp"]
+        print("%-15s torch.profiler/xsp: in block %s, end to end %s"
+              % (o, common.ratio(tb, xb), common.ratio(te, xe)))
+    if "none" in opts:
+        xb0 = over["none xsp"][0]
+        for o in opts:
+            if o != "none":
+                print("%-15s xsp's cost above no option: %+.1f ns/op in block"
+                      % (o, over[o + " xsp"][0] - xb0))
+    if skipped:
+        print("not measured (xsp.profile does not take them): %s" % ", ".join(skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
