@@ -271,8 +271,64 @@ static void test_many(void)
     xsp_trace_free(t);
 }
 
+/* The decoder on hostile payloads: random bytes and every truncation of a valid one never
+ * read past the payload (ASan would say) and give 1 or 0, never a crash. */
+static void test_decode_hostile(void)
+{
+    xsp_trace *t = xsp_trace_new();
+    xsp_inputs_keys k;
+    CHECK(t && xsp_inputs_keys_init(t, &k) == 0);
+    if (!t)
+        return;
+    uint64_t x = 88172645463325252ull;
+    uint8_t buf[256];
+    uint32_t ok = 0, bad = 0;
+    for (int round = 0; round < 20000; round++) {
+        uint32_t len = (uint32_t)(x % sizeof buf);
+        for (uint32_t i = 0; i < len; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf[i] = (uint8_t)x;
+        }
+        if (len > 0)
+            buf[0] = XSP_IN_VERSION;           /* past the version check, mostly */
+        uint32_t added = 0;
+        int rc = xsp_inputs_decode(t, &k, buf, len, &added);
+        CHECK(rc == 0 || rc == 1);
+        ok += rc == 0;
+        bad += rc == 1;
+        if (rc == 1)
+            CHECK_EQ_U(added, 0);
+        t->n_attrs = 0;                         /* unreferenced: drop them */
+    }
+    CHECK(bad > 0);
+    pb p;
+    pb_head(&p, "Tensor", XSP_IN_SCHEMA, 3);
+    pb_tensor(&p, 6, 2, (int64_t[]){2, 3}, (int64_t[]){3, 1});
+    pb_u8(&p, 'D');
+    pb_u8(&p, 1);
+    pb_f64(&p, 1.5);
+    pb_u8(&p, 'L');
+    pb_bytes(&p, &(uint16_t){1}, 2);
+    pb_tensor(&p, 6, 1, (int64_t[]){4}, (int64_t[]){1});
+    for (uint32_t cut = 0; cut < p.n; cut++) {
+        uint8_t *copy = malloc(cut ? cut : 1);   /* exactly cut bytes: ASan sees a read past */
+        memcpy(copy, p.b, cut);
+        uint32_t added = 0;
+        CHECK(xsp_inputs_decode(t, &k, copy, cut, &added) == 1);
+        free(copy);
+    }
+    uint32_t added = 0;
+    CHECK(xsp_inputs_decode(t, &k, p.b, p.n, &added) == 0);
+    CHECK_EQ_U(added, 5);
+    xsp_trace_free(t);
+    (void)ok;
+}
+
 int main(void)
 {
+    test_decode_hostile();
     test_fmt_double();
     test_inputs();
     test_no_data();

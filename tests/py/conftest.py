@@ -21,6 +21,12 @@ from xsp import profiler as _profiler  # noqa: E402
 
 torch.manual_seed(0)
 
+# the roofline's machine peaks (xsp.peaks) are cached under $XDG_CACHE_HOME/xsp: the tests
+# keep theirs in a directory of their own, never the user's (test_roofline.py sets one per test)
+if "XSP_TEST_KEEP_CACHE" not in os.environ:
+    import tempfile
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="xsp-test-cache-")
+
 
 @pytest.fixture
 def fake_clock():
