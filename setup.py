@@ -109,7 +109,8 @@ core = Extension(
     "xsp._core",
     sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
     + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c")
-    + rel("csrc/python/modcall.c") + rel("csrc/python/sessionmod.c")
+    + rel("csrc/python/modcall.c") + rel("csrc/python/modsites.c")
+    + rel("csrc/python/pystack.c") + rel("csrc/python/sessionmod.c")
     + rel("csrc/python/tracebuild.c") + rel("csrc/python/tracefinish.c") + GPU_SRC,
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags

@@ -77,13 +77,15 @@ def child(variant, n, e2e):
     a, b = torch.ones(8), torch.ones(8)
     for _ in range(200):
         torch.add(a, b)
+    variant, _, opt = variant.partition("+")     # "xsp L+record_shapes": with that option
+    kw = {opt: True} if opt else {}
     if variant == "floor":
         _bench.floor_attach()
     elif variant == "torch.profiler":
-        p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **kw)
         p.__enter__()
     elif variant == "xsp L":
-        p = xsp.profile(levels="L")
+        p = xsp.profile(levels="L", **kw)
         p.start()
     for _ in range(n):
         torch.add(a, b)
@@ -127,6 +129,9 @@ def main(argv=None):
     ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--modules", type=int, default=0,
                     help="count N module calls instead of ops")
+    ap.add_argument("--options", action="store_true",
+                    help="the recording options' cost (record_shapes, profile_memory): "
+                         "torch.profiler and xsp L with each, against each without")
     ap.add_argument("--in-block-only", action="store_true",
                     help="only the in-block counts of unprofiled, floor and xsp L (6 valgrind "
                          "runs instead of 12: a quick check of the hot path)")
@@ -135,6 +140,8 @@ def main(argv=None):
         return modules_main(args.modules)
     if args.in_block_only:
         return in_block_main(args.ops)
+    if args.options:
+        return options_main(args.ops)
     n = args.ops
     print("per-op cost in instructions (callgrind), torch.add on 8 floats, %d ops; %s"
           % (n, common.machine()))
@@ -158,6 +165,39 @@ def main(argv=None):
         over[v] = (res[v, False] - base_b, res[v, True] - base_e)
         print("%-16s %24.0f %26.0f" % (v, over[v][0], over[v][1]))
     common.print_ratios(over)
+    return 0
+
+
+def options_main(n):
+    """Each option's instructions per op, in block and end to end, for torch.profiler and xsp
+    L, and the ratio torch.profiler / xsp per option."""
+    print("per-op cost of the recording options in instructions (callgrind), torch.add on 8 "
+          "floats, %d ops; %s" % (n, common.machine()))
+    opts = ("", "record_shapes", "profile_memory")
+    tools = ("torch.profiler", "xsp L")
+    jobs = [("unprofiled", k, False) for k in (0, n)]
+    jobs += [(t + ("+" + o if o else ""), k, e2e) for t in tools for o in opts
+             for e2e in (False, True) for k in (0, n)]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda j: instructions(*j), jobs)))
+    base = (counts["unprofiled", n, False] - counts["unprofiled", 0, False]) / n
+    print("unprofiled: %.0f instructions/op" % base)
+    print("%-32s %24s %26s" % ("variant", "in block, instr/op above", "end to end, instr/op above"))
+    over = {}
+    for t in tools:
+        for o in opts:
+            v = t + ("+" + o if o else "")
+            b = (counts[v, n, False] - counts[v, 0, False]) / n - base
+            e = (counts[v, n, True] - counts[v, 0, True]) / n - base
+            over[t, o] = (b, e)
+            print("%-32s %24.0f %26.0f" % (v, b, e))
+    for o in opts:
+        (tb, te), (xb, xe) = over["torch.profiler", o], over["xsp L", o]
+        print("%-16s torch.profiler/xsp: in block %s, end to end %s; the option adds %+.0f "
+              "instr/op to xsp, %+.0f to torch.profiler (in block)"
+              % (o or "no option", common.ratio(tb, xb), common.ratio(te, xe),
+                 xb - over["xsp L", ""][0], tb - over["torch.profiler", ""][0]))
     return 0
 
 

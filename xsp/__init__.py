@@ -43,6 +43,10 @@ __all__ = [
     "merge",
     "distributed",
     "otlp",
+    "peaks",
+    "flops",
+    "memory",
+    "compiled",
     "Trace",
     "Span",
     "load",
@@ -65,7 +69,9 @@ _LAZY = {"measure": ("leveled", "measure"), "sweep": ("leveled", "sweep"),
          "Measurement": ("leveled", "Measurement"), "analysis": ("analysis", None),
          "chrome": ("chrome", None), "report": ("report", None), "perf": ("perf", None),
          "merge": ("distributed", "merge"), "distributed": ("distributed", None),
-         "otlp": ("otlp", None)}
+         "otlp": ("otlp", None), "peaks": ("peaks", None),
+         "flops": ("flops", None), "memory": ("memory", None),
+         "compiled": ("compiled", None)}
 
 
 def __getattr__(name):

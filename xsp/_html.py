@@ -1,5 +1,6 @@
 """Pieces of the HTML report that are drawn from a Trace: a timeline of one window as inline
-SVG, the span tree as nested <details>, and DataFrames as tables with units in the cells.
+SVG, the span tree as nested <details>, and DataFrames as tables with units in the cells; and
+a roofline plot as inline SVG, drawn from the points and roofs it is given.
 
 Each function is pure: a Trace (and a window, or a DataFrame) in, a str of HTML out.  The
 pieces need no JavaScript and no network: the SVG carries its own <style>, the tree opens and
@@ -24,14 +25,15 @@ import numpy as np
 from ._util import fmt_ns, printable
 from .trace import KINDS, ancestor_count
 
-__all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS"]
+__all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
+           "roofline_svg", "memory_svg"]
 
 # fill colours per kind, light enough for black labels; "merged" is a box of sub-pixel spans
 KIND_COLORS = {
     "region": "#d9d9d9", "model": "#9db4d8", "step": "#c9bce6", "module": "#a6d8a8",
     "op": "#f5c28e", "backward": "#f09a9a", "scope": "#dcc7a6", "runtime": "#f2b8de",
     "driver": "#d4cde0", "kernel": "#7fd3c4", "memcpy": "#f0e08a", "memset": "#a8d8ea",
-    "sync": "#e6a3c8", "overhead": "#bdbdbd", "merged": "#9e9e9e",
+    "sync": "#e6a3c8", "overhead": "#bdbdbd", "python": "#e8e3a0", "merged": "#9e9e9e",
 }
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -59,6 +61,33 @@ def _type_of(trace):
     ids, vals = trace.attr_column("type")
     vals = vals.tolist() if isinstance(vals, np.ndarray) else vals
     return {int(i): v for i, v in zip(ids.tolist(), vals) if isinstance(v, str)}
+
+
+def _places_of(trace):
+    """({span id: source}, {span id: call_site}): the str values of the attributes that say
+    where a model or module span's code is (docs/api.md), for tooltips."""
+    out = []
+    for key in ("source", "call_site"):
+        ids, vals = trace.attr_column(key)
+        vals = vals.tolist() if isinstance(vals, np.ndarray) else vals
+        out.append({i: v for i, v in zip(ids.tolist(), vals) if isinstance(v, str)})
+    return tuple(out)
+
+
+def _place_tip(places, members):
+    """'forward at <source>\ncalled at <call_site>' of spans members (one line of the tree,
+    or one rectangle): the first's source, the call site they share or how many there are;
+    '' when they have neither."""
+    src, call = places
+    i = int(members[0])
+    sites = sorted({call[j] for j in map(int, members) if j in call})
+    lines = ["forward at " + src[i]] if i in src else []
+    if len(sites) == 1:
+        lines.append("called at " + sites[0])
+    elif sites:
+        lines.append("called at %d sites: %s" % (len(sites), ", ".join(sites[:5])
+                                                 + (", …" if len(sites) > 5 else "")))
+    return "\n".join(lines)
 
 
 def _label(trace, i, types):
@@ -238,6 +267,7 @@ def timeline_svg(trace, start_ns, end_ns, *, width=1100, max_spans=4000):
     plot_bottom = y
 
     types = _type_of(trace)
+    places = _places_of(trace)
     selft = trace.self_ns
     out = []
     kinds_drawn = set()
@@ -258,6 +288,9 @@ def timeline_svg(trace, start_ns, end_ns, *, width=1100, max_spans=4000):
                 tip += "starts at +%s" % fmt_ns(start[i] - t0)
             if end[i] > t1:
                 tip += ", ends %s after it" % fmt_ns(end[i] - t1)
+            where = _place_tip(places, [i])
+            if where:
+                tip += "\n" + where
             out.append('<rect class="xsp-s xsp-k-%s" x="%.1f" y="%d" width="%.1f" '
                        'height="%d"><title>%s</title></rect>'
                        % (k, x, yy, w, _ROW_H - 2, _esc(tip)))
@@ -458,6 +491,7 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
     offs, order = _child_index(parents)
     size = _subtree_sizes(parents, trace.depth.astype(np.int64))
     types = _type_of(trace)
+    places = _places_of(trace)
     total = int(size[tops].sum())
     shown = [0]             # lines written
     accounted = [0]         # spans on a line or counted in a note
@@ -470,8 +504,10 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
         incl = int(dur[members].sum())
         own = int(selft[members].sum())
         share = incl / ref if ref else None
-        txt = ['<span class="xsp-n">%s%s</span>' % ("x%d " % cnt if cnt > 1 else "",
-                                                    _esc(name)),
+        where = _place_tip(places, members)
+        tip = ' title="%s"' % _esc(where) if where else ""
+        txt = ['<span class="xsp-n"%s>%s%s</span>' % (tip, "x%d " % cnt if cnt > 1 else "",
+                                                      _esc(name)),
                ' <span class="xsp-k">[%s]</span>' % _esc(lab),
                ' <span class="xsp-t">%s</span>' % fmt_ns(incl),
                '<span class="xsp-sf">, self %s</span>' % fmt_ns(own),
@@ -561,6 +597,167 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
         out.append('<div class="xsp-more">no spans</div>')
     out.append("</div>")
     return "\n".join(out)
+
+
+# -- roofline -----------------------------------------------------------------------------
+ROOF_COLORS = {"float32": "#4c72b0", "float64": "#55a868", "bfloat16": "#dd8452",
+               "float16": "#c44e52"}
+_ROOF_OTHER = "#8172b2"     # a point of several dtypes, or of one without a colour
+
+
+def _si(v, unit=""):
+    """v with an SI prefix: 1.5e9 -> '1.5 G' + unit, 0.02 -> '0.02' + unit."""
+    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return "%.3g %s%s" % (v / div, p, unit)
+    return ("%.3g %s" % (v, unit)).strip()
+
+
+def _decades(lo, hi):
+    """(first exponent, last exponent) of the powers of ten around [lo, hi] (lo, hi > 0),
+    at least one decade apart."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    return a, max(b, a + 1)
+
+
+def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, height=420,
+                 notes=(), max_labels=30):
+    """A roofline plot as a self-contained inline SVG (a str): log-log axes, arithmetic
+    intensity (FLOP/byte) against FLOP/s; one roof per dtype, min(peak, intensity x
+    bytes_per_s), labelled with its peak, the memory slope labelled with the bandwidth; one
+    circle per point with a <title> tooltip, and its label beside it when there are at most
+    max_labels points; a legend of the dtypes; notes (strs) under it.
+
+    points: dicts with "label", "intensity" and "flops_per_s" (numbers > 0: others are not
+    drawn and are counted in a note), "dtype" (colour: "float32", ...; another or None: one
+    colour for the rest) and "tip" (the tooltip; default the label).  flops_per_s: {dtype:
+    peak FLOP/s} of the roofs to draw (those of the points' dtypes; a point of several dtypes,
+    "bfloat16+float32", names each); without bytes_per_s no roof is drawn.  Raises ValueError
+    for width under 400 or height under 240."""
+    if width < 400 or height < 240:
+        raise ValueError("roofline plot must be at least 400 x 240 px, not %r x %r"
+                         % (width, height))
+    good, bad = [], 0
+    for p in points:
+        x, y = p.get("intensity"), p.get("flops_per_s")
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and \
+                0 < x < math.inf and 0 < y < math.inf:
+            good.append(p)
+        else:
+            bad += 1
+    used = set()
+    for p in good:
+        used.update(str(p.get("dtype") or "").split("+"))
+    bw = bytes_per_s if isinstance(bytes_per_s, (int, float)) and bytes_per_s > 0 else None
+    roofs = {d: v for d, v in (flops_per_s or {}).items()
+             if d in used and isinstance(v, (int, float)) and v > 0} if bw else {}
+    xs = [p["intensity"] for p in good] + [v / bw for v in roofs.values()]
+    ys = [p["flops_per_s"] for p in good] + list(roofs.values())
+    if not xs:
+        xs, ys = [1.0], [1.0]
+    x0, x1 = _decades(min(xs) / 2, max(xs) * 2)
+    y0, y1 = _decades(min(ys) / 2, max(ys) * 2)
+    left, right, top, bottom = 74, 150, 16, 44
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(x):
+        return left + (math.log10(x) - x0) / (x1 - x0) * pw
+
+    def py(y):
+        return top + ph - (math.log10(y) - y0) / (y1 - y0) * ph
+
+    out = ['<rect class="xsp-rf-plot" x="%d" y="%d" width="%d" height="%d"/>'
+           % (left, top, pw, ph)]
+    for exps, axis in (((x0, x1), "x"), ((y0, y1), "y")):
+        a, b = exps
+        step = 1 if b - a <= 8 else 2
+        for e in range(a, b + 1, step):
+            v = 10.0 ** e
+            if axis == "x":
+                x = px(v)
+                out.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
+                           % (x, top, x, top + ph))
+                out.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="middle">%s'
+                           '</text>' % (x, top + ph + 14, _esc("%g" % v)))
+            else:
+                y = py(v)
+                out.append('<line class="xsp-grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>'
+                           % (left, y, left + pw, y))
+                out.append('<text class="xsp-tick" x="%d" y="%.1f" text-anchor="end">%s'
+                           '</text>' % (left - 4, y + 3, _esc(_si(v))))
+    out.append('<text class="xsp-axis" x="%.1f" y="%d" text-anchor="middle">arithmetic '
+               'intensity (FLOP/byte)</text>' % (left + pw / 2, height - 8))
+    out.append('<text class="xsp-axis" transform="translate(14 %.1f) rotate(-90)" '
+               'text-anchor="middle">FLOP/s</text>' % (top + ph / 2))
+    # the roofs, clipped to the plot: the memory slope up to each ridge, then the peak
+    xa, xb = 10.0 ** x0, 10.0 ** x1
+    body, labels = [], []      # body: clipped to the plot; labels: right of it
+    for d in sorted(roofs, key=lambda k: -roofs[k]):
+        peak = roofs[d]
+        ridge = peak / bw
+        pts = [(xa, min(peak, xa * bw))]
+        if xa < ridge < xb:
+            pts.append((ridge, peak))
+        pts.append((xb, min(peak, xb * bw)))
+        color = ROOF_COLORS.get(d, _ROOF_OTHER)
+        body.append('<polyline class="xsp-roof" stroke="%s" points="%s"><title>%s</title>'
+                    '</polyline>' % (color, " ".join("%.1f,%.1f" % (px(x), py(max(y, 1e-300)))
+                                                     for x, y in pts),
+                                     _esc("%s roof: peak %s, ridge at %.3g FLOP/byte"
+                                          % (d, _si(peak, "FLOP/s"), ridge))))
+        labels.append('<text class="xsp-rl" x="%d" y="%.1f" fill="%s">%s peak %s</text>'
+                    % (left + pw + 4, py(peak) + 3, color, _esc(d), _esc(_si(peak, "FLOP/s"))))
+    if roofs:
+        labels.append('<text class="xsp-rl" x="%d" y="%d">memory %s</text>'
+                    % (left + pw + 4, top + ph, _esc(_si(bw, "B/s"))))
+    for p in good:
+        d = p.get("dtype")
+        color = ROOF_COLORS.get(d, _ROOF_OTHER) if d else _ROOF_OTHER
+        cx, cy = px(p["intensity"]), py(p["flops_per_s"])
+        body.append('<circle class="xsp-pt" cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s'
+                    '</title></circle>' % (cx, cy, color,
+                                           _esc(p.get("tip") or p.get("label") or "")))
+        if len(good) <= max_labels:
+            body.append('<text class="xsp-pl" x="%.1f" y="%.1f">%s</text>'
+                        % (cx + 6, cy - 5, _esc(_fit(str(p.get("label") or ""), 150))))
+    legend = []
+    ly = top + ph + 30
+    lx = left
+    shown = sorted({(p.get("dtype") or "?") for p in good})
+    for d in shown:
+        color = ROOF_COLORS.get(d, _ROOF_OTHER)
+        legend.append('<circle cx="%d" cy="%d" r="4.5" fill="%s"/><text x="%d" y="%d">%s'
+                      '</text>' % (lx + 5, ly - 4, color, lx + 13, ly, _esc(d)))
+        lx += 24 + int(6.6 * len(d))
+    all_notes = list(notes)
+    if bad:
+        all_notes.append("%d of %d not drawn: FLOPs, bytes or time unknown or zero (no "
+                         "formula: see the table)" % (bad, len(points)))
+    if not bw:
+        all_notes.append("no roofs: the peaks are unknown")
+    ny = ly + (22 if legend else 4)
+    for note in all_notes:
+        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>' % (left, ny,
+                                                                            _esc(note)))
+        ny += 16
+    total_h = max(height, ny + 4)
+    style = ("<style>.xsp-rf text{font:11px system-ui,sans-serif;fill:#222}"
+             ".xsp-rf .xsp-tick{fill:#555;font-size:10px}.xsp-rf .xsp-note{fill:#8a4b00}"
+             ".xsp-rf .xsp-rf-plot{fill:#fafafa;stroke:#999}"
+             ".xsp-rf .xsp-grid{stroke:#e2e2e2;stroke-width:1}"
+             ".xsp-rf .xsp-roof{fill:none;stroke-width:2}"
+             ".xsp-rf .xsp-pt{stroke:#fff;stroke-width:1;fill-opacity:.85}"
+             ".xsp-rf .xsp-pl{font-size:10px;fill:#444;pointer-events:none}"
+             ".xsp-rf .xsp-pt:hover{stroke:#000;stroke-width:1.5}</style>")
+    summary = "xsp roofline: %d point%s, %d roof%s" % (len(good), "" if len(good) == 1 else
+                                                      "s", len(roofs),
+                                                      "" if len(roofs) == 1 else "s")
+    return ('<svg xmlns="http://www.w3.org/2000/svg" class="xsp-rf" width="%d" height="%d" '
+            'viewBox="0 0 %d %d" role="img" aria-label="%s">%s<defs><clipPath '
+            'id="xsp-rf-clip"><rect x="%d" y="%d" width="%d" height="%d"/></clipPath></defs>'
+            '\n%s\n<g clip-path="url(#xsp-rf-clip)">\n%s\n</g>\n%s\n</svg>'
+            % (width, total_h, width, total_h, _esc(summary), style, left, top, pw, ph,
+               "\n".join(out), "\n".join(body), "\n".join(labels + legend)))
 
 
 # -- tables -------------------------------------------------------------------------------
@@ -663,3 +860,87 @@ def page(title, *parts):
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>%s</title>'
             '<style>%s</style></head><body>\n<h1>%s</h1>\n%s\n</body></html>\n'
             % (_esc(title), CSS, _esc(title), "\n".join(parts)))
+
+
+def _bytes_label(v):
+    """Bytes in binary units: 1536 -> '1.5 KiB'."""
+    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(v) >= div:
+            return "%.3g %s" % (v / div, unit)
+    return "%d B" % v
+
+
+def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):
+    """The memory timeline as a self-contained inline SVG (a str): bytes allocated on the
+    device over time, a step line through each span's total after its events, a dot at a
+    span's end where its peak (the highest total reported inside it) was above that total
+    (its <title> names the span), the highest peak marked; notes (strs) under it.
+
+    rows: dicts with "time_ns" (the span's end), "start_ns", "total_bytes", "peak_bytes" and
+    "name", in time order (xsp.memory.timeline's rows).  Raises ValueError for width under 400
+    or height under 160."""
+    if width < 400 or height < 160:
+        raise ValueError("memory plot must be at least 400 x 160 px, not %r x %r"
+                         % (width, height))
+    left, right, top, bottom = 80, 20, 16, 40
+    pw, ph = width - left - right, height - top - bottom
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="xsp-memory" width="%d" height="%d" '
+           'viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">'
+           % (width, height + 14 * len(notes), width, height + 14 * len(notes))]
+    rows = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in
+                                   ("time_ns", "start_ns", "total_bytes", "peak_bytes"))]
+    if not rows:
+        out.append('<text x="%d" y="%d">no memory events on %s</text>'
+                   % (left, top + ph // 2, _html_mod.escape(device)))
+    else:
+        t0 = min(r["start_ns"] for r in rows)
+        t1 = max(max(r["time_ns"] for r in rows), t0 + 1)
+        lo = min(min(r["total_bytes"] for r in rows), min(r["peak_bytes"] for r in rows))
+        hi = max(max(r["peak_bytes"] for r in rows), lo + 1)
+        lo = min(lo, 0)
+
+        def px(t):
+            return left + (t - t0) / (t1 - t0) * pw
+
+        def py(b):
+            return top + ph - (b - lo) / (hi - lo) * ph
+
+        out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>'
+                   % (left, top, pw, ph))
+        for k in range(5):
+            b = lo + (hi - lo) * k / 4
+            out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>'
+                       % (left - 6, py(b) + 4, _html_mod.escape(_bytes_label(b))))
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>'
+                       % (left, left + pw, py(b), py(b)))
+        out.append('<text x="%d" y="%d" text-anchor="middle">time (ms from the first '
+                   'span with events; %s ms shown)</text>'
+                   % (left + pw // 2, height - 8, "%.3g" % ((t1 - t0) / 1e6)))
+        pts = []
+        prev = None
+        for r in rows:
+            x, y = px(r["time_ns"]), py(r["total_bytes"])
+            if prev is not None:
+                pts.append("%.1f,%.1f" % (x, prev))
+            pts.append("%.1f,%.1f" % (x, y))
+            prev = y
+        out.append('<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="%s"/>'
+                   % " ".join(pts))
+        best = max(rows, key=lambda r: r["peak_bytes"])
+        for r in rows:
+            if r["peak_bytes"] <= r["total_bytes"]:
+                continue                 # the peak is the total after it: on the line
+            tip = "%s: peak %s inside it, %s after" % (
+                r.get("name", "?"), _bytes_label(r["peak_bytes"]), _bytes_label(r["total_bytes"]))
+            out.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="#d62728"><title>%s</title>'
+                       '</circle>' % (px(r["time_ns"]), py(r["peak_bytes"]),
+                                      _html_mod.escape(tip)))
+        out.append('<text x="%.1f" y="%.1f" fill="#d62728">peak %s (%s)</text>'
+                   % (min(px(best["time_ns"]), left + pw - 160), max(py(best["peak_bytes"]) - 4,
+                                                                   top + 10),
+                      _html_mod.escape(_bytes_label(best["peak_bytes"])),
+                      _html_mod.escape(str(best.get("name", "?")))))
+    for k, n in enumerate(notes):
+        out.append('<text x="%d" y="%d">%s</text>' % (left, height + 12 + 14 * k, _html_mod.escape(n)))
+    out.append("</svg>")
+    return "".join(out)

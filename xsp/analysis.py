@@ -14,6 +14,8 @@ Terms (docs/analyses.md has the formulas):
 When the source recorded no level G, the G-dependent columns are empty (NaN or None), never 0:
 a CPU run does not say that no GPU work happened.
 """
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -533,7 +535,8 @@ def redispatches(is_op, names, parent):
 
 def ops(source, by_shape=False, sort="self_ns", n=None):
     """The op table, like torch.profiler's key_averages: one row per op name (and per input
-    shapes with by_shape, from an op's "shapes" attribute) over the ops in the iterations,
+    shapes with by_shape: an op's input_dims, recorded with record_shapes=True, as torch's
+    group_by_input_shape uses Input Dims) over the ops in the iterations,
     an op that is the only child of an op of the same name (a redispatch) merged into it as
     torch.profiler does: name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
     name too, as torch.profiler does), self_ns, mean_ns (total / calls), self_share (self_ns /
@@ -547,9 +550,13 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     if sort not in cols or sort in ("name", "shapes"):
         raise ValueError("sort must be one of %s, not %r"
                          % (", ".join(c for c in cols if c not in ("name", "shapes")), sort))
-    if by_shape and "shapes" not in src.df.columns:
-        raise ValueError("this trace has no op input shapes (by_shape=True needs an op "
-                         "attribute 'shapes')")
+    # an op's shapes: its input_dims (record_shapes: torch's Input Dims, which
+    # key_averages(group_by_input_shape=True) groups by), else a "shapes" attribute
+    shape_col = ("input_dims" if "input_dims" in src.df.columns else
+                 "shapes" if "shapes" in src.df.columns else None)
+    if by_shape and shape_col is None:
+        raise ValueError("this trace has no op input shapes: record it with "
+                         "xsp.profile(..., record_shapes=True)")
     sel = (src.kind == "op") & (src.iteration_of() >= 0)
     par = src.parent
     dup = redispatches(src.kind == "op", src.df["name"].to_numpy(), par) & sel
@@ -569,7 +576,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
                        "total_ns": src.dur[ids], "self_ns": self_ns[ids]})
     keys = ["name"]
     if by_shape:
-        df["shapes"] = [str(v) if v is not None else "" for v in src.col("shapes", None)[ids]]
+        df["shapes"] = [str(v) if v is not None else "" for v in src.col(shape_col, None)[ids]]
         keys.append("shapes")
     if src.has_gpu:
         _, kern_ns, copy_ns = _gpu_columns(src)
@@ -726,41 +733,477 @@ def gpu_vs_cpu(source):
     return out
 
 
-def roofline(source, peak_gflops=None, peak_dram_gbps=None):
-    """Roofline columns per kernel name: name, count, duration_ns (total), flops, dram_bytes,
-    arithmetic_intensity = flops / dram_bytes (FLOP/byte), gflops = flops / duration_ns
-    (achieved GFLOP/s), dram_gbps = dram_bytes / duration_ns (GB/s), bound = "memory" when the
-    intensity is below the ridge point peak_gflops / peak_dram_gbps, else "compute".  flops and
-    dram_bytes come from the kernel attributes of the same names (hardware metrics); where a
-    kernel lacks them the derived columns are NaN and bound is None, never guessed."""
+# -- the roofline (docs/analyses.md, "Roofline") ------------------------------------------------
+ROOFLINE_BY = ("kernel", "op", "layer", "model")
+OP_KINDS = ("op", "backward")
+OUTSIDE_LAYERS = "(outside layers)"
+# the roofline columns every `by` other than "kernel" ends with
+ROOF_COLUMNS = ["dtype", "flops", "bytes", "duration_ns", "arithmetic_intensity",
+                "flops_per_s", "bytes_per_s", "roof_flops_per_s", "bound", "roof_fraction",
+                "source", "ops", "uncounted"]
+KERNEL_ROOF_COLUMNS = ["name", "count", "duration_ns", "flops", "dram_bytes",
+                       "arithmetic_intensity", "gflops", "dram_gbps", "bound", "dtype",
+                       "flops_per_s", "bytes_per_s", "roof_flops_per_s", "roof_fraction",
+                       "source"]
+
+
+class _Roof:
+    """The roofs of one call: peak FLOP/s per dtype and the bandwidth, from a Peaks (peak()
+    None for a dtype it lacks) or from the constant peak_gflops / peak_dram_gbps (any dtype,
+    an unknown one too)."""
+
+    def __init__(self, peaks=None, gflops=None, gbps=None):
+        self.peaks = peaks
+        self.const = float(gflops) * 1e9 if gflops is not None else None
+        self.bw = float(gbps) * 1e9 if gbps is not None else peaks.bytes_per_s
+
+    def peak(self, dtype):
+        if self.const is not None:
+            return self.const
+        return self.peaks.flops(dtype) if dtype is not None else None
+
+
+def _objects(values, index):
+    """values as an object column (None stays None: pandas would make it NaN in a str
+    column)."""
+    return pd.Series(list(values), index=index, dtype=object)
+
+
+def _has_inputs(src):
+    """Whether the source's op spans carry their inputs (xsp.profile(record_shapes=True)):
+    what xsp.flops computes FLOPs and bytes from."""
+    if "input_dims" not in src.df.columns:
+        return False
+    v = src.df["input_dims"].to_numpy()[np.isin(src.kind, OP_KINDS)]
+    return bool(pd.notna(v).any())
+
+
+def _op_costs(source, src):
+    """xsp.flops.op_costs of the source, checked: a DataFrame with id, flops, bytes, dtype,
+    counted, status (one row per op span with inputs)."""
+    from . import flops
+    if not isinstance(source, Trace):
+        raise TypeError("the roofline's FLOPs and bytes come from an xsp.Trace's op inputs "
+                        "(xsp.flops.op_costs), not from a %s: pass the trace (for a "
+                        "Measurement, its .trace)" % type(source).__name__)
+    oc = flops.op_costs(source)
+    need = {"id", "flops", "bytes", "dtype", "counted", "status"}
+    missing = need - set(oc.columns)
+    if missing:
+        raise ValueError("xsp.flops.op_costs gave no column(s) %s" % ", ".join(sorted(missing)))
+    ids = oc["id"].to_numpy().astype(np.int64)
+    if len(ids) and (ids.min() < 0 or ids.max() >= len(src.df)):
+        raise ValueError("xsp.flops.op_costs gave span ids outside the trace")
+    return oc
+
+
+def _span_costs(source, src, need_costs):
+    """Per span (arrays indexed by span id): flops and bytes (NaN: none), dtype (None),
+    status (None: no cost row), source ("analytical", "measured" or None), has (the spans
+    that carry a cost: op_costs rows and the ops that launched measured kernels).
+
+    Measured replaces analytical per tree of ops (an op with no op above it and everything
+    below it): when every kernel launched in the tree carries both `flops` and `dram_bytes`
+    attributes (hardware counters), the tree's analytical rows are dropped and each kernel's
+    counts go to the op that launched it (the nearest op above it that is not "nested" in
+    another op's formula), the tree's only cost rows then; otherwise the tree keeps its
+    analytical values and its kernels' counters, if any, are not used (such trees are
+    counted: `partial`, the last value returned)."""
+    n = len(src.df)
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    dtype = np.full(n, None, dtype=object)
+    status = np.full(n, None, dtype=object)
+    how = np.full(n, None, dtype=object)
+    if need_costs:
+        oc = _op_costs(source, src)
+        ids = oc["id"].to_numpy().astype(np.int64)
+        flops[ids] = pd.to_numeric(oc["flops"], errors="coerce").to_numpy(float)
+        nbytes[ids] = pd.to_numeric(oc["bytes"], errors="coerce").to_numpy(float)
+        dtype[ids] = [d if isinstance(d, str) and d else None for d in oc["dtype"]]
+        status[ids] = [str(s) for s in oc["status"]]
+        how[ids] = "analytical"
+    is_k = src.kind == "kernel"
+    kf = pd.to_numeric(pd.Series(src.col("flops", None)), errors="coerce").to_numpy(float)
+    kb = pd.to_numeric(pd.Series(src.col("dram_bytes", None)), errors="coerce").to_numpy(float)
+    meas = is_k & np.isfinite(kf) & np.isfinite(kb)
+    partial = 0
+    if meas.any():
+        # each span's tree: its outermost op ancestor-or-self
+        top = src.nearest(OP_KINDS, strict=False).copy()
+        up = src.nearest(OP_KINDS, strict=True)
+        while True:
+            nxt = np.where(top >= 0, up[np.maximum(top, 0)], -1)
+            move = nxt >= 0
+            if not move.any():
+                break
+            top[move] = nxt[move]
+        kt = top[is_k]
+        n_k = np.bincount(kt[kt >= 0], minlength=n)
+        mt = top[meas]
+        n_m = np.bincount(mt[mt >= 0], minlength=n)
+        whole = (n_k > 0) & (n_k == n_m)            # trees whose every kernel is measured
+        partial = int(((n_m > 0) & ~whole).sum())
+        in_whole = (top >= 0) & whole[np.maximum(top, 0)]
+        not_nested = np.isin(src.kind, OP_KINDS) & (status.astype(str) != "nested")
+        launcher = nearest_ancestor(src.parent, not_nested, include_self=False)
+        # the tree's analytical rows give way to its kernels' counts, on their launchers
+        sel = in_whole & np.isin(src.kind, OP_KINDS)
+        flops[sel] = np.nan
+        nbytes[sel] = np.nan
+        how[sel] = None
+        status[sel] = None
+        k = np.nonzero(meas & in_whole & (launcher >= 0))[0]
+        lk = launcher[k]
+        flops[lk] = 0.0
+        nbytes[lk] = 0.0
+        np.add.at(flops, lk, kf[k])
+        np.add.at(nbytes, lk, kb[k])
+        how[lk] = "measured"
+        status[lk] = "measured"
+    return flops, nbytes, dtype, status, how, partial
+
+
+def _in_scope(src):
+    """The spans a roofline counts: those in the iterations, and when the iterations are not
+    steps (model calls, which the backward follows), the backward functions and what runs
+    in them too."""
+    m = src.in_iterations()
+    if not (src.kind[src.iterations()] == "step").any():
+        m = m | (src.nearest(("backward",), strict=False) >= 0)
+    return m
+
+
+def _dtype_label(parts):
+    """'float32', or for several dtypes 'bfloat16+float32' (most FLOPs first); None for
+    none."""
+    ds = sorted(((-f, d) for d, f in parts.items() if isinstance(d, str)))
+    return "+".join(d for _, d in ds) or None
+
+
+def _roof_columns(F, B, t_ns, parts, roof):
+    """The derived roofline columns of rows with FLOPs F, bytes B, durations t_ns (float
+    arrays, NaN: unknown) and parts (per row {dtype: FLOPs}): arithmetic_intensity = F / B,
+    flops_per_s, bytes_per_s, roof_flops_per_s = min(peak, intensity x bandwidth) with the
+    peak of a row of several dtypes their FLOP-weighted harmonic mean (the time their FLOPs
+    take at each one's peak), bound ("memory" where intensity x bandwidth < peak, else
+    "compute"), roof_fraction (achieved / roof: bytes_per_s / bandwidth when memory bound,
+    flops_per_s / peak when compute bound)."""
+    F, B, t = (np.asarray(x, dtype=float) for x in (F, B, t_ns))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ai = np.where(B > 0, F / B, np.nan)
+        secs = np.where(t > 0, t * 1e-9, np.nan)
+        fps = F / secs
+        bps = B / secs
+    rf = np.full(len(F), np.nan)
+    frac = np.full(len(F), np.nan)
+    bound = np.full(len(F), None, dtype=object)
+    if roof is not None and roof.bw:
+        bw = roof.bw
+        for i in range(len(F)):
+            if not np.isfinite(ai[i]):
+                continue
+            ws = {d: f for d, f in parts[i].items() if f > 0}
+            if ws:
+                peaks = [roof.peak(d) for d in ws]
+                if any(p is None for p in peaks):
+                    continue
+                peak = sum(ws.values()) / sum(f / p for f, p in zip(ws.values(), peaks))
+            else:
+                peak = math.inf          # no FLOPs: on the memory slope at intensity 0
+            mem = ai[i] * bw
+            if mem < peak:
+                rf[i], bound[i], frac[i] = mem, "memory", bps[i] / bw
+            else:
+                rf[i], bound[i], frac[i] = peak, "compute", fps[i] / peak
+    return {"arithmetic_intensity": ai, "flops_per_s": fps, "bytes_per_s": bps,
+            "roof_flops_per_s": rf, "bound": bound, "roof_fraction": frac}
+
+
+def _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device):
+    """(_Roof or None, the peaks as a dict or None, note or None) for a roofline call."""
+    from . import peaks as P
+    legacy = (peak_gflops, peak_dram_gbps)
+    if any(v is not None for v in legacy):
+        if peaks is not None and peaks is not False:
+            raise ValueError("give peaks= or peak_gflops= and peak_dram_gbps=, not both")
+        for name, v in zip(("peak_gflops", "peak_dram_gbps"), legacy):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not 0 < float(v) < math.inf:
+                raise ValueError("%s must be a positive number (with the other one), not %r"
+                                 % (name, v))
+        return (_Roof(gflops=peak_gflops, gbps=peak_dram_gbps),
+                {"peak_gflops": float(peak_gflops), "peak_dram_gbps": float(peak_dram_gbps)},
+                None)
+    if peaks is False:
+        return None, None, "no roofs: peaks=False"
+    if isinstance(peaks, P.Peaks):
+        p = peaks
+    elif peaks is not None:
+        p = P.load(peaks, device, "roofline's peaks argument")
+    else:
+        try:
+            p = P.get(device)
+        except P.PeaksError:
+            raise                       # a bad XSP_PEAKS: the user must hear of it
+        except ValueError as e:         # no such device here (a GPU trace on a CPU machine)
+            return None, None, "no roofs: no peaks for %s on this machine (%s); pass peaks=" \
+                % (device, e)
+    return _Roof(peaks=p), p.to_dict(), None
+
+
+def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbps=None):
+    """The roofline table: per row its work (FLOPs, bytes), its time, and where that puts it
+    under the machine's roofs (docs/analyses.md, "Roofline").
+
+    by="op" (op name and dtype, longest first), "layer" (the layer that owns the ops: to_pandas'
+    module column, a backward op going to the layer of its forward op; longest first, ops
+    outside every layer last as "(outside layers)"), "model" (one row, "(model)": every op in
+    the iterations) end with the columns dtype (the compute dtype of the FLOPs, "a+b" for
+    several, most FLOPs first), flops (sum over the ops with a formula), bytes (sum of the
+    bytes model), duration_ns, arithmetic_intensity = flops / bytes, flops_per_s, bytes_per_s,
+    roof_flops_per_s = min(peak FLOP/s of the dtype, intensity x bandwidth), bound ("memory"
+    or "compute"), roof_fraction (achieved / roof), source ("analytical", "measured" or
+    "mixed"), ops (the op spans whose costs are in the row) and uncounted (those of them with
+    no formula: their FLOPs are not in flops; NaN flops when no op of the row has one).
+    "op" starts with name, calls; "layer" with layer, type, calls (forward calls),
+    forward_ns, backward_ns (duration_ns = forward_ns + backward_ns); "model" with model,
+    iterations.  Durations without level G: an op row's is the inclusive time of its spans;
+    a layer's the time of the op spans it owns (nested spans owned by another layer not
+    counted), forward and backward; the model's the iterations' time.  With level G: the
+    GPU work (kernels, copies, memsets) launched by those spans.  Analytical costs come from
+    xsp.flops.op_costs (op inputs: xsp.profile(record_shapes=True)), its nested and composite
+    ops left out (their work is in the costed op); kernels with `flops` and `dram_bytes`
+    attributes (hardware counters) replace them (see _span_costs).
+
+    by="kernel" (the default, as before): per kernel name, largest total first: name, count,
+    duration_ns (total), flops, dram_bytes (sums of the kernel attributes; NaN unless every
+    kernel of the name has them), arithmetic_intensity, gflops = flops / duration_ns,
+    dram_gbps, bound, then dtype (of the ops that launched them, when inputs were recorded),
+    flops_per_s, bytes_per_s, roof_flops_per_s, roof_fraction, source ("measured" or None).
+
+    peaks: None for this machine's (xsp.peaks.get() for "cuda" when the source has kernels,
+    else "cpu": cached, XSP_PEAKS, or measured once), a Peaks, an override (dict, JSON text,
+    path: xsp.peaks.load), or False for no roofs; or the constants peak_gflops and
+    peak_dram_gbps (GFLOP/s and GB/s, for every dtype).  Roof columns are NaN (bound None)
+    where a row's FLOPs or bytes, or its dtype's peak, are unknown; the returned frame's
+    attrs say which peaks were used ("peaks") or why none ("peaks_note"), and how many trees
+    of ops had some but not all kernels measured ("partial").
+
+    Raises ValueError for an unknown `by`, bad peak constants, both peaks and constants, and
+    for by="op"/"layer"/"model" on a source without op inputs or measured kernels (record with
+    xsp.profile(record_shapes=True)); TypeError for op inputs in a source that is not an
+    xsp.Trace (xsp.flops reads a Trace); xsp.peaks.PeaksError for a bad override."""
+    if by not in ROOFLINE_BY:
+        raise ValueError("by must be one of %s, not %r (peak_gflops and peak_dram_gbps are "
+                         "keyword arguments)" % (", ".join(ROOFLINE_BY), by))
     src = _src(source)
-    k = kernels(src)
-    cols = ["name", "count", "duration_ns", "flops", "dram_bytes", "arithmetic_intensity",
-            "gflops", "dram_gbps", "bound"]
+    device = "cuda" if (src.kind == "kernel").any() else "cpu"
+    if by == "kernel":
+        return _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device)
+    has_in = _has_inputs(src)
+    k = src.kind == "kernel"
+    if not has_in and not (k & pd.notna(src.col("flops", None)).astype(bool)
+                           & pd.notna(src.col("dram_bytes", None)).astype(bool)).any():
+        raise ValueError("roofline(by=%r) needs the ops' inputs (FLOPs and bytes come from "
+                         "their shapes): record with xsp.profile(record_shapes=True), or "
+                         "kernels with flops and dram_bytes attributes" % by)
+    flops, nbytes, dtype, status, how, partial = _span_costs(source, src, has_in)
+    scope = _in_scope(src)
+    # nested and composite ops cost 0 here: their work is in the op that is costed
+    has = (how != None) & scope                      # noqa: E711 (elementwise)
+    has &= ~np.isin(status.astype(str), ("nested", "composite"))
+    gpu = src.has_gpu and k.any()
+    work = np.where(np.isin(src.kind, GPU_WORK), src.dur, 0).astype(np.int64)
+    is_op = np.isin(src.kind, OP_KINDS)
+    if by == "op":
+        ids = np.nonzero(has)[0]
+        dur = src.inclusive_sum(work, OP_KINDS)[ids] if gpu else src.dur[ids]
+        df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids],
+                           "dtype_key": [d or "" for d in dtype[ids]], "first": ids,
+                           "dur": dur})
+        keys = ["name", "dtype_key"]
+    else:
+        ids = np.nonzero(has)[0]
+        owner = src.col("module", None)
+        if by == "layer":
+            key = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS for o in owner],
+                           dtype=object)
+        else:
+            key = np.full(len(src.df), "(model)", dtype=object)
+        df = pd.DataFrame({"key": key[ids], "first": ids})
+        keys = "key"
+    df["flops"] = flops[ids]
+    df["bytes"] = nbytes[ids]
+    df["dtype"] = _objects(dtype[ids], df.index)
+    df["how"] = _objects(how[ids], df.index)
+    df["nan"] = np.isnan(flops[ids])
+    g = df.groupby(keys, sort=False, dropna=False)
+    rows = []
+    for name, part in g:
+        fl = part["flops"].to_numpy()
+        pdt = {}
+        for d, f in zip(part["dtype"], fl):
+            if np.isfinite(f):
+                d = d if isinstance(d, str) else None
+                pdt[d] = pdt.get(d, 0.0) + f
+        srcs = set(part["how"])
+        rows.append({
+            "key": name, "first": int(part["first"].min()),
+            "flops": float(np.nansum(fl)) if np.isfinite(fl).any() else np.nan,
+            "bytes": float(np.nansum(part["bytes"])) if part["bytes"].notna().any()
+            else np.nan,
+            "parts": pdt, "dtype": _dtype_label(pdt) if pdt else
+            _dtype_label({d: 0.0 for d in part["dtype"]}),
+            "source": srcs.pop() if len(srcs) == 1 else "mixed",
+            "ops": len(part), "uncounted": int(part["nan"].sum()),
+            "calls": len(part), "dur": int(part["dur"].sum()) if "dur" in part else 0})
+    out = pd.DataFrame(rows, columns=["key", "first", "flops", "bytes", "parts", "dtype",
+                                      "source", "ops", "uncounted", "calls", "dur"])
+    if by == "op":
+        out["name"] = [kk[0] for kk in out["key"]]
+        out["duration_ns"] = out["dur"].astype(np.int64)
+        lead = out[["name", "calls"]]
+    elif by == "layer":
+        fwd, bwd, calls, typ = _layer_times(src, scope, gpu, work, is_op)
+        names = out["key"].tolist()
+        out["layer"] = names
+        out["type"] = _objects([typ.get(n) for n in names], out.index)
+        out["calls"] = _objects([calls.get(n) for n in names], out.index)
+        out["forward_ns"] = np.array([fwd.get(n, 0) for n in names], dtype=np.int64)
+        out["backward_ns"] = np.array([bwd.get(n, 0) for n in names], dtype=np.int64)
+        out["duration_ns"] = out["forward_ns"] + out["backward_ns"]
+        lead = out[["layer", "type", "calls", "forward_ns", "backward_ns"]]
+    else:
+        t = int(work[scope].sum()) if gpu else src.model_time()
+        out["model"] = "(model)"
+        out["iterations"] = len(src.iterations())
+        out["duration_ns"] = np.full(len(out), t, dtype=np.int64)
+        lead = out[["model", "iterations"]]
+    roof, pinfo, note = None, None, None
+    if any(any(d is not None for d in p) or (f == 0 and b > 0)
+           for p, f, b in zip(out["parts"], out["flops"], out["bytes"])):
+        roof, pinfo, note = _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device)
+    cols = _roof_columns(out["flops"], out["bytes"], out["duration_ns"],
+                         out["parts"].tolist(), roof)
+    res = lead.copy()
+    res["dtype"] = _objects(out["dtype"], res.index)
+    res["flops"] = out["flops"].astype(float)
+    res["bytes"] = out["bytes"].astype(float)
+    res["duration_ns"] = out["duration_ns"].astype(np.int64)
+    for c, v in cols.items():
+        res[c] = _objects(v, res.index) if c == "bound" else v
+    res["source"] = _objects(out["source"], res.index)
+    res["ops"] = out["ops"].astype(np.int64)
+    res["uncounted"] = out["uncounted"].astype(np.int64)
+    res["_first"] = out["first"]
+    res["_outside"] = (res[res.columns[0]] == OUTSIDE_LAYERS) if by == "layer" else False
+    res = res.sort_values(["_outside", "duration_ns", "_first"], ascending=[True, False, True],
+                          kind="stable").drop(columns=["_first", "_outside"])
+    res = res.reset_index(drop=True)
+    if not len(res):
+        res = _empty(list(lead.columns) + ROOF_COLUMNS)
+    res.attrs.update({"peaks": pinfo, "peaks_note": note, "partial": partial,
+                      "durations": "GPU work" if gpu else "CPU spans"})
+    return res
+
+
+def _layer_times(src, scope, gpu, work, is_op):
+    """Per layer name (OUTSIDE_LAYERS for no layer): forward and backward ns, forward calls,
+    type.  Without G, the time of the op spans each layer owns: an op span whose nearest op
+    ancestor has another owner (or that has none) adds its duration to its owner's and takes
+    it from that ancestor's owner's, so nested work is counted once, for its own layer.  With
+    G, the GPU work each layer owns.  Backward: under the backward phase (backward functions
+    and the engine's evaluate_function ops)."""
+    owner = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS
+                      for o in src.col("module", None)], dtype=object)
+    bwp = nearest_ancestor(src.parent, _phase_masks(src)["backward"], include_self=True) >= 0
+    fwd, bwd = {}, {}
+
+    def add(d, keys, vals):
+        for kk, v in zip(keys.tolist(), vals.tolist()):
+            d[kk] = d.get(kk, 0) + int(v)
+    if gpu:
+        sel = np.isin(src.kind, GPU_WORK) & scope
+        for d, m in ((fwd, sel & ~bwp), (bwd, sel & bwp)):
+            add(d, owner[m], work[m])
+    else:
+        up = src.nearest(OP_KINDS, strict=True)
+        sel = is_op & scope
+        has_up = up >= 0
+        diff = np.ones(len(src.df), dtype=bool)
+        diff[has_up] = owner[has_up] != owner[up[has_up]]
+        outer = np.nonzero(sel & diff)[0]
+        for d, m in ((fwd, ~bwp[outer]), (bwd, bwp[outer])):
+            o = outer[m]
+            add(d, owner[o], src.dur[o])
+            inner = o[up[o] >= 0]
+            add(d, owner[up[inner]], -src.dur[inner])
+    lid = np.nonzero(np.isin(src.kind, ("module", "model")) & scope)[0]
+    names = src.df["name"].to_numpy()[lid]
+    calls = pd.Series(names).value_counts().to_dict() if len(lid) else {}
+    typ = {}
+    for nm, t in zip(names.tolist(), src.col("type", None)[lid].tolist()):
+        typ.setdefault(nm, t if isinstance(t, str) else None)
+    return fwd, bwd, calls, typ
+
+
+def _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device):
+    """roofline(by="kernel"): see roofline."""
+    k = kernels(src)            # every kernel, in the iterations or not, as before
     if not len(k):
-        return _empty(cols)
+        res = _empty(KERNEL_ROOF_COLUMNS)
+        res.attrs.update({"peaks": None, "peaks_note": None, "partial": 0,
+                          "durations": "GPU work"})
+        return res
     ids = k["id"].to_numpy()
     k["flops"] = pd.to_numeric(pd.Series(src.col("flops", None)[ids]), errors="coerce")
     k["dram_bytes"] = pd.to_numeric(pd.Series(src.col("dram_bytes", None)[ids]),
                                     errors="coerce")
+    dt = np.full(len(src.df), None, dtype=object)
+    if _has_inputs(src):
+        oc = _op_costs(source, src)
+        dt[oc["id"].to_numpy().astype(np.int64)] = [
+            d if isinstance(d, str) and d else None for d in oc["dtype"]]
+    launcher = src.nearest(OP_KINDS)[ids]
+    k["dtype"] = np.where(launcher >= 0, dt[np.maximum(launcher, 0)], None)
     g = k.groupby("name", sort=False).agg(
         count=("id", "size"), duration_ns=("duration_ns", "sum"),
         flops=("flops", lambda s: s.sum(min_count=len(s))),
         dram_bytes=("dram_bytes", lambda s: s.sum(min_count=len(s))),
         first=("id", "min")).reset_index()
+    parts = []
+    for name in g["name"]:
+        sub = k[k["name"] == name]
+        pdt = {}
+        for d, f in zip(sub["dtype"], sub["flops"]):
+            if np.isfinite(f):
+                pdt[d] = pdt.get(d, 0.0) + float(f)
+        parts.append(pdt)
+    g["parts"] = parts
+    g["dtype"] = [_dtype_label(p) for p in parts]
     g = g.sort_values(["duration_ns", "first"], ascending=[False, True], kind="stable")
-    g["arithmetic_intensity"] = g["flops"] / g["dram_bytes"].where(g["dram_bytes"] > 0)
+    g = g.reset_index(drop=True)
     dur = g["duration_ns"].where(g["duration_ns"] > 0).astype(float)
+    g["arithmetic_intensity"] = g["flops"] / g["dram_bytes"].where(g["dram_bytes"] > 0)
     g["gflops"] = g["flops"] / dur
     g["dram_gbps"] = g["dram_bytes"] / dur
-    if peak_gflops and peak_dram_gbps:
-        ridge = float(peak_gflops) / float(peak_dram_gbps)
-        ai = g["arithmetic_intensity"]
-        g["bound"] = pd.Series([None if np.isnan(v) else ("memory" if v < ridge else "compute")
-                                for v in ai], index=g.index, dtype=object)
-    else:
-        g["bound"] = pd.Series([None] * len(g), index=g.index, dtype=object)
-    return g[cols].reset_index(drop=True)
+    roof, pinfo, note = None, None, None
+    legacy = peak_gflops is not None or peak_dram_gbps is not None
+    if legacy or any(p and None not in p for p in g["parts"]):
+        roof, pinfo, note = _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device)
+    cols = _roof_columns(g["flops"], g["dram_bytes"], g["duration_ns"], g["parts"].tolist(),
+                         roof)
+    for c in ("flops_per_s", "bytes_per_s", "roof_flops_per_s", "roof_fraction"):
+        g[c] = cols[c]
+    g["bound"] = _objects(cols["bound"], g.index)
+    g["dtype"] = _objects(g["dtype"], g.index)
+    g["source"] = _objects(np.where(g["flops"].notna() & g["dram_bytes"].notna(), "measured",
+                                    None), g.index)
+    res = g[KERNEL_ROOF_COLUMNS].reset_index(drop=True)
+    res.attrs.update({"peaks": pinfo, "peaks_note": note, "partial": 0,
+                      "durations": "GPU work"})
+    return res
 
 
 __all__ = ["model_latency", "setup", "phases", "ops", "layers", "layer_ranking", "layer_types", "kernels",

@@ -8,7 +8,8 @@ into an xsp trace (docs/format.md, "Kineto's JSON").
 Writing.  Every span becomes the event torch.profiler would have written for it: ops and
 backward functions `cpu_op`, steps `ProfilerStep#N`, record_function scopes `user_annotation`,
 model and module calls `python_function` events named as torch's with_modules names them
-("nn.Module: Linear_0"), CUDA API calls `cuda_runtime`/`cuda_driver`, kernels, copies and
+("nn.Module: Linear_0"), Python function calls (with_stack) `python_function` events named
+"file(line): name" as its python tracer names them, CUDA API calls `cuda_runtime`/`cuda_driver`, kernels, copies and
 memsets `kernel`/`gpu_memcpy`/`gpu_memset` on the device's process and the stream's thread,
 with the args Kineto writes where xsp has the value; `ac2g` flows join each API call to its
 GPU work and `fwdbwd` flows each forward op to its backward function.  What only xsp knows
@@ -42,7 +43,8 @@ K = {k: i for i, k in enumerate(KINDS)}
 ARG = "k."                          # attribute prefix of the args a read event carried
 CATEGORY = {"op": "cpu_op", "backward": "cpu_op", "scope": "user_annotation",
             "step": "user_annotation", "model": "python_function",
-            "module": "python_function", "runtime": "cuda_runtime", "driver": "cuda_driver",
+            "module": "python_function", "python": "python_function",
+            "runtime": "cuda_runtime", "driver": "cuda_driver",
             "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
             "sync": "cuda_sync", "overhead": "overhead", "region": "Trace"}
 GPU_WORK = ("kernel", "memcpy", "memset")
@@ -206,15 +208,17 @@ def _events_text(trace, base_ns, leveled):
             ext[i] = a
             next_ext = max(next_ext, a + 1)
     for i in range(n):
-        if not ext[i] and kind_of[i] in ("op", "backward", "scope", "step", "model", "module"):
+        if not ext[i] and kind_of[i] in ("op", "backward", "scope", "step", "model", "module",
+                                         "python"):
             ext[i] = next_ext
             next_ext += 1
     # the op a GPU span's API call ran in: its External id (Kineto's linking key); and the
-    # enclosing module of a module (its Python parent id)
+    # enclosing module or Python function (with_stack) of a module or Python function (its
+    # Python parent id)
     cpu_kind = np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step", "model",
                                              "module")])
     nearest_cpu = trace.nearest_ancestor(cpu_kind, include_self=False).tolist()
-    nearest_mod = trace.nearest_ancestor(np.isin(kinds, [K["model"], K["module"]]),
+    nearest_mod = trace.nearest_ancestor(np.isin(kinds, [K["model"], K["module"], K["python"]]),
                                          include_self=False).tolist()
     out = []
     top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
@@ -297,6 +301,11 @@ def _events_text(trace, base_ns, leveled):
             pp = nearest_mod[i]
             args["Python parent id"] = ext[pp] if pp >= 0 else None
             args["Python module id"] = mod_ids[i]
+        elif k == "python":             # with_stack's Python function calls
+            cat = "python_function"
+            args["Python id"] = ext[i]
+            pp = nearest_mod[i]
+            args["Python parent id"] = ext[pp] if pp >= 0 else None
         else:
             cat = CATEGORY.get(k, k)
         if k in ("op", "backward", "scope", "step", "model", "module"):
@@ -558,12 +567,14 @@ def _build(path, doc):
             r["kind"] = "step" if nm.startswith("ProfilerStep#") else "scope"
         elif c == "python_function" and nm.startswith("nn.Module: "):
             r["kind"] = "module"
+        elif c == "python_function":
+            r["kind"] = "python"        # a Python function frame (with_stack)
         elif c == "cuda_runtime":
             r["kind"] = "runtime"
         elif c == "cuda_driver":
             r["kind"] = "driver"
         else:
-            r["kind"] = "scope"         # python_function frames, gpu_user_annotation, ...
+            r["kind"] = "scope"         # gpu_user_annotation, ...
     # nest per CPU thread by time
     by_thread = {}
     for r in cpu:
@@ -665,7 +676,7 @@ def _build(path, doc):
     spans = []
     lv = {"region": 0, "step": 0, "model": 0, "op": 1, "backward": 1, "scope": 1,
           "module": 1, "runtime": 2, "driver": 2, "kernel": 2, "memcpy": 2, "memset": 2,
-          "sync": 2, "overhead": 2}
+          "sync": 2, "overhead": 2, "python": 1}
     for r in order:
         attrs = {}
         for key, v in r["args"].items():

@@ -136,8 +136,12 @@ class Measurement:
     latencies (see docs/analyses.md); overhead: what each deeper run added to each level;
     latency_ns: the model latency (trimmed mean of the iteration latency in the M run);
     unmatched: {run: spans of that run found nowhere in the deepest run's structure};
-    compiled: {run: compilations torch.compile made during that run} (measure warns: their
-    latencies then include compile time).
+    compiled: {run: compilations torch.compile made during that run} (measure warns);
+    compiling: {run: measured iterations left out of every statistic because a compilation ran
+    in them (a compile span in the step, xsp.compiled): latency, layers, ops, overhead};
+    compiling_kept: {run: iterations that compiled but were kept, because every iteration of
+    that run compiled (or every one of the deepest run's first round): nothing else was left
+    to measure}; n_iterations: {run: iterations kept, all rounds}.
     Every analysis in xsp.analysis accepts a Measurement.
 
     xsp.analysis and xsp.report recognise a Measurement by duck typing, by its span_table()
@@ -161,15 +165,41 @@ class Measurement:
         self._intern = {}
         self.skip = skip    # priming steps at the start of each session, left out
         self.compiled = {}  # run -> compilations torch.compile made during it (measure)
-        # per run, per round: (iteration, key) arrays; iterations of round k are numbered
-        # from k * repeat, so the rounds pool into one sample per iteration
+        # run -> measured iterations left out because torch.compile compiled in them (a
+        # compile span inside the step, xsp.compiled): their latency is mostly compile time
+        self.compiling = {}
+        self.n_iterations = {}  # run -> iterations kept, all rounds
+        # per run, per round: (iteration, key) arrays; the kept iterations are numbered on
+        # from the rounds before (round k's first follows round k-1's last), so the rounds
+        # pool into one sample per iteration
         self._keys = {}
+        # run -> iterations that compiled but are kept: every one of the run compiled (a
+        # workload that recompiles on each call), so there was nothing else to measure
+        self.compiling_kept = {}
         for r, ts in self.all_traces.items():
+            keyed = [_span_keys(t, self._intern, skip) for t in ts]
+            bads = [_compiling_iterations(t, it) for t, (it, _) in zip(ts, keyed)]
+            ns = [int(it.max()) + 1 if len(it) else 0 for it, _ in keyed]
+            left = [n - len(b) for n, b in zip(ns, bads)]
+            if sum(len(b) for b in bads) and (not sum(left) or (r == self.runs[-1]
+                                                                 and not left[0])):
+                self.compiling_kept[r] = sum(len(b) for b in bads)
+                bads = [np.zeros(0, dtype=np.int64)] * len(bads)
             self._keys[r] = []
-            for k, t in enumerate(ts):
-                it, key = _span_keys(t, self._intern, skip)
-                it = np.where(it >= 0, it + k * repeat, it)
+            kept = 0
+            for (it, key), bad, n in zip(keyed, bads, ns):
+                if len(bad):
+                    drop = np.isin(it, bad)
+                    it = np.where(drop, -1, it)
+                    key = np.where(drop, -1, key)
+                    self.compiling[r] = self.compiling.get(r, 0) + len(bad)
+                good = np.setdiff1d(np.arange(n), bad)
+                remap = np.full(max(n, 1), -1, dtype=np.int64)
+                remap[good] = kept + np.arange(len(good))
+                it = np.where(it >= 0, remap[np.maximum(it, 0)], -1)
+                kept += len(good)
                 self._keys[r].append((it, key))
+            self.n_iterations[r] = kept
         self._table = None
         self._overhead = None
         deep_keys = set(k for _, key in self._keys[self.runs[-1]] for k in key.tolist())
@@ -269,7 +299,7 @@ class Measurement:
         for li, lv in enumerate(self.levels):
             base = None
             for r in self.runs[li:]:
-                n_it = self.repeat * self.rounds
+                n_it = self.n_iterations[r]
                 per_it = np.zeros(n_it)
                 for (it, _), t in zip(self._keys[r], self.all_traces[r]):
                     lvl = t.level_codes
@@ -455,12 +485,41 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
     m.compiled = compiled
     if compiled:
         import warnings
-        warnings.warn("measure: torch.compile compiled during the measured runs (%s): their "
-                      "latencies include compile time; give a larger warmup so that every "
-                      "compile happens before" % ", ".join(
-                          "%d in run %s" % (n, r) for r, n in compiled.items()),
+        from .compiled import compile_mask
+        seen = {r: sum(int(compile_mask(t).sum()) for t in traces[r]) for r in compiled}
+        parts = []
+        if m.compiling:
+            n = sum(m.compiling.values())
+            parts.append("the %d measured iteration%s that compiled (%s) %s left out of the "
+                         "statistics" % (n, "" if n == 1 else "s", ", ".join(
+                             "%d in run %s" % (k, r) for r, k in m.compiling.items()),
+                             "is" if n == 1 else "are"))
+        if m.compiling_kept:
+            parts.append("every measured iteration of %s compiled, so they are kept and their "
+                         "latencies include compile time" % ", ".join(
+                             "run %s (%d)" % (r, k) for r, k in m.compiling_kept.items()))
+        if not parts and all(seen.values()):
+            parts.append("only in the priming calls, which are left out of the statistics")
+        elif not parts:
+            parts.append("xsp recorded no compile span (torch._dynamo was imported after the "
+                         "profile was made), so the latencies may include compile time")
+        how = "; ".join(parts)
+        warnings.warn("measure: torch.compile compiled during the measured runs (%s): %s; "
+                      "give a larger warmup so that every compile happens before" % (
+                          ", ".join("%d in run %s" % (n, r) for r, n in compiled.items()), how),
                       XSPWarning, stacklevel=2)
     return m
+
+
+def _compiling_iterations(trace, it):
+    """The measured iterations (values of it, an int64 array) of a trace whose step has a
+    compile span in it (xsp.compiled): sorted, unique."""
+    from .compiled import compiling_steps
+    steps = compiling_steps(trace)
+    if not len(steps):
+        return np.zeros(0, dtype=np.int64)
+    v = it[steps]
+    return np.unique(v[v >= 0])
 
 
 def _compilations():

@@ -310,7 +310,9 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     """A Result from an xsp.Measurement; memory: _count_memory's counts (None: not counted,
     memory_why says why); dynamo: _dynamo_delta's dict (None: nothing was compiled)."""
     import numpy as np
-    n_it = m.repeat * m.rounds
+    # iterations kept per run: those in which torch.compile compiled are left out of every
+    # count and time, as of the latency (Measurement.compiling)
+    kept = getattr(m, "n_iterations", None) or {}
     runs = m.runs
     m_rows = _iteration_rows(m, "M")
     lat = m_rows[m_rows["kind"] == "step"].sort_values("iteration")["duration_ns"]
@@ -328,6 +330,7 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     times = {"layers": {}, "ops": {}, "kernels": {}}
     why = {}
     if "ML" in runs:
+        n_it = kept.get("ML", m.repeat * m.rounds)
         rows = _iteration_rows(m, "ML")
         ops = rows[rows["kind"] == "op"]
         per_it = _per_iteration_counts(ops[~ops["redispatch"]], n_it)
@@ -349,6 +352,7 @@ def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     else:
         why["ops"] = "level L not measured"
     if "MLG" in runs:
+        n_it = kept.get("MLG", m.repeat * m.rounds)
         rows = _iteration_rows(m, "MLG")
         kern = rows[rows["kind"] == "kernel"]
         per_it = _per_iteration_counts(kern, n_it)

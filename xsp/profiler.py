@@ -60,6 +60,12 @@ class _ModuleCalls:
     map (id(submodule) -> 'layer1.0.conv1', from named_modules()) of the top-level (model) call
     that names the modules called inside it.  A call's span key lives in the wrapper's frame,
     so begin and end pair up whatever the forward raises.
+
+    Where: each call that begins a span looks its call site up in `sites` (a C table,
+    csrc/python/modsites.c: the calling frame's code and instruction offset, and the module's
+    class) and passes the site's index with the span; at stop the session turns it into the
+    span's attributes "source" (file:line of the class's forward) and "call_site" (file:line
+    of the call), the strings made once per site.
     """
 
     def __init__(self, torch, record_model, record_modules, record_shapes=False,
@@ -82,6 +88,8 @@ class _ModuleCalls:
         self._roots = {}            # thread ident -> its current top-level module (C wrapper)
         self._c_keep = {}           # id -> every names map handed to the C wrapper, kept alive
                                     # for the session (it holds them borrowed)
+        self.sites = _core.ModuleSites()    # call sites of the recorded calls; the session
+                                    # reads this plain attribute at stop (sessionmod.c)
         self.thread_names = {}      # native thread id -> Python thread name
 
     @property
@@ -97,12 +105,13 @@ class _ModuleCalls:
             # the common case: the wrapper in C (csrc/python/modcall.c); a nested module call
             # runs no Python of ours
             self._c = _core.ModuleCall(orig, self._c_top, self._c_name_of, self._c_new_thread,
-                                       self._record_modules)
+                                       self._record_modules, self.sites)
             self._c.set_on(False)
             return self._c, None
         # recording shapes or memory: a Python wrapper, which also keeps the side table
         cell = [False, None]        # [recording, the __call__ wrapped]: set by the session
-        tls, end = self._tls, _core.end
+        tls, end, here = self._tls, _core.end, self.sites.here
+        record_modules = self._record_modules
         new_state = self._new_state
         key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
 
@@ -113,7 +122,10 @@ class _ModuleCalls:
                 state = tls.state
             except AttributeError:
                 state = new_state()
-            key = key_of(module, state)
+            # the site of a call that begins a span: here() reads the frame that called this
+            # function
+            key = key_of(module, state,
+                         here(module) if record_modules or not state[0] else -1)
             rec = extra_enter(args, kwargs) if key is not None else None
             state[0] += 1
             try:
@@ -158,10 +170,11 @@ class _ModuleCalls:
     def _c_new_thread(self):
         self.thread_names[threading.get_native_id()] = threading.current_thread().name
 
-    def _c_top(self, module):
-        """A top-level call: (key or None, the model's qualified-name map)."""
+    def _c_top(self, module, site):
+        """A top-level call from the given site: (key or None, the model's qualified-name
+        map)."""
         state = [0, {}, None]
-        key = self._top_key(module, state)
+        key = self._top_key(module, state, site)
         self._roots[threading.get_ident()] = module
         self._c_keep.setdefault(id(state[1]), state[1])
         return key, state[1]
@@ -189,18 +202,19 @@ class _ModuleCalls:
             return bool(module._modules)
         return verdict == "model"
 
-    def _top_key(self, module, state):
-        """A top-level call: maps the model's module names, begins its span: a model span for
-        a model call (_is_model), else a module span named after the class (a layer under the
-        step; the same with L alone).  Returns the key or None."""
+    def _top_key(self, module, state, site):
+        """A top-level call from site (an index into sites, or -1): maps the model's module
+        names, begins its span: a model span for a model call (_is_model), else a module span
+        named after the class (a layer under the step; the same with L alone).  Returns the
+        key or None."""
         state[1], state[2] = {}, module
         try:
             state[1] = self._qualnames(module)
             cls = type(module).__name__
             if self._record_model and self._is_model(module):
-                return _core.begin(LEVEL_M, KIND["model"], cls, cls)
+                return _core.begin(LEVEL_M, KIND["model"], cls, cls, site)
             if self._record_modules:
-                return _core.begin(LEVEL_L, KIND["module"], cls, cls)
+                return _core.begin(LEVEL_L, KIND["module"], cls, cls, site)
             return None
         except Exception:
             return self._failed()
@@ -216,17 +230,18 @@ class _ModuleCalls:
             name = names[id(module)] = type(module).__name__
         return name
 
-    def _key(self, module, state):
-        """Begins the span of one call as the fast wrapper does; returns its key or None."""
+    def _key(self, module, state, site):
+        """Begins the span of one call from site as the fast wrapper does; returns its key or
+        None."""
         if not state[0]:
-            return self._top_key(module, state)
+            return self._top_key(module, state, site)
         if not self._record_modules:
             return None
         try:
             name = state[1].get(id(module))
             if name is None:
                 name = self._name_of(module, state)
-            return _core.begin(LEVEL_L, KIND["module"], name, type(module).__name__)
+            return _core.begin(LEVEL_L, KIND["module"], name, type(module).__name__, site)
         except Exception:
             return self._failed()
 
@@ -289,6 +304,11 @@ class profile(_core.Session):
     on_trace_ready: with a schedule, called as on_trace_ready(prof) once each cycle's trace is
         prof.trace, before the next cycle starts; what it raises is raised from step() (or at
         the block's end) once the profile is consistent.
+    with_stack: also record every Python function call (level L, kind "python", named
+        "file(line): name" as torch.profiler names its python_function events), so that each
+        op nests under the Python functions that ran it: its stack (Trace.stack_of).  Costly
+        (a profile function on every Python call); needs L; refused while another profile
+        function (sys.setprofile) is installed.  docs/api.md, "with_stack".
     clock_sync: in a distributed job, exchange clock samples with rank 0 right before
         recording starts and right after it stops, for xsp.merge (docs/distributed.md).  None
         (default): when torch.distributed is initialised with more than one rank; then every
@@ -308,8 +328,16 @@ class profile(_core.Session):
     def __init__(self, levels="ML", *, name="xsp.profile", max_memory=1 << 30,
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
                  profile_memory=False, model=None, schedule=None, on_trace_ready=None,
-                 clock_sync=None):
+                 clock_sync=None, with_stack=False):
         levels = parse_levels(levels)
+        if with_stack and "L" not in levels:
+            raise ValueError("with_stack records Python function calls at level L; profile "
+                             "with levels that include L (levels=%r)" % (levels,))
+        # with_stack: Python function calls as spans of kind "python", xsp's own code left
+        # out (csrc/python/pystack.c)
+        self.with_stack = bool(with_stack)
+        stack = _core.PyStack(os.path.dirname(os.path.abspath(__file__)) + os.sep) \
+            if with_stack else None
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
         if on_trace_ready is not None and (schedule is None or not callable(on_trace_ready)):
@@ -360,6 +388,10 @@ class profile(_core.Session):
         # default whenever torch.distributed runs more than one rank when the profile is made
         self._meta = meta           # the dict the session reads at stop (start samples go in)
         self._torch_mod = torch
+        # torch.compile: Dynamo's compile callbacks record compile spans; the tables the stop
+        # reads (instance dict, in C) give them and the spans of compiled regions attributes
+        from . import compiled
+        self._span_attrs = compiled.prepare(meta)
         from . import distributed
         if clock_sync or (clock_sync is None and distributed.active()):
             # the hooks hold a weak reference: bound methods would make a cycle through the
@@ -391,7 +423,8 @@ class profile(_core.Session):
                     # the shim's options: each op's inputs (record_shapes), the allocations
                     # PyTorch reports to profilers per span (profile_memory)
                     torch_options=(TORCH_INPUTS * self.record_shapes
-                                   | TORCH_MEMORY * self.profile_memory) if shim else 0)
+                                   | TORCH_MEMORY * self.profile_memory) if shim else 0,
+                    stack=stack)
 
     def _no_gpu(self, msg, levels):
         if not self.gpu_fallback:

@@ -83,6 +83,49 @@ def _pretty(df, ns=(), share=(), width=NAME_WIDTH):
     return out.fillna("-") if len(out) else out
 
 
+def _compile_line(m, trace):
+    """One line saying what torch.compile did (xsp.compiled), or None when it compiled
+    nothing: for a Measurement, the iterations left out; for a trace, the compile spans and the
+    steps whose latency includes them."""
+    if m is not None:
+        compiling = getattr(m, "compiling", None) or {}
+        kept = getattr(m, "compiling_kept", None) or {}
+        compiled = getattr(m, "compiled", None) or {}
+        parts = []
+        if compiling:
+            parts.append("torch.compile compiled in %d measured iteration%s (%s): left out of "
+                         "every latency and count here" % (
+                             sum(compiling.values()), "" if sum(compiling.values()) == 1
+                             else "s", ", ".join("%d in run %s" % (n, r)
+                                                 for r, n in compiling.items())))
+        if kept:
+            parts.append("torch.compile compiled in every measured iteration of %s: kept, "
+                         "their latencies include compile time" % ", ".join(
+                             "run %s (%d)" % (r, n) for r, n in kept.items()))
+        if parts:
+            return "; ".join(parts)
+        if compiled:
+            return ("torch.compile compiled during the runs (%s), outside the measured "
+                    "iterations" % ", ".join("%d in run %s" % (n, r)
+                                             for r, n in compiled.items()))
+        return None
+    if trace is None or not hasattr(trace, "name_codes"):
+        return None
+    from .compiled import summary
+    s = summary(trace)
+    if s is None:
+        return None
+    extra = [w for w in ("%d recompile%s" % (s["recompiles"], "" if s["recompiles"] == 1
+                                             else "s") if s["recompiles"] else None,
+                         "%d graph break%s" % (s["graph_breaks"], "" if s["graph_breaks"] == 1
+                                               else "s") if s["graph_breaks"] else None) if w]
+    return ("torch.compile: %d compile%s%s, %s in all%s (xsp.compiled.compiles(trace))" % (
+        s["compiles"], "" if s["compiles"] == 1 else "s",
+        " (%s)" % ", ".join(extra) if extra else "", fmt_ns(s["compile_ns"]),
+        "; the latency of %s includes compile time" % ", ".join(s["steps"])
+        if s["steps"] else ""))
+
+
 def fmt_counters(counters):
     """What was lost or dropped, for reading: "none", or "lost.cap 2, gpu.dropped 5"."""
     lost = {k: v for k, v in counters.items() if v}
@@ -140,8 +183,27 @@ class _Summary:
                     for k, v in t.counters.items():
                         self.counters[k] = self.counters.get(k, 0) + v
         self.n_spans = len(trace) if trace is not None else len(self.src.df)
+        self.compile_line = _compile_line(self.measurement, trace)
+        self.trace_obj = trace
         steps = meta.get("steps")
         self.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+    def compiling_iterations(self):
+        """A bool per iteration (self.iters' rows): whether a torch.compile compilation ran
+        inside it (xsp.compiled); None without a trace."""
+        trace = self.trace_obj
+        if trace is None or not hasattr(trace, "name_codes") or not len(self.iters):
+            return None
+        from .compiled import compile_mask
+        mask = compile_mask(trace)
+        ids = self.iters["id"].to_numpy().astype(np.int64)
+        out = np.zeros(len(ids), dtype=bool)
+        if mask.any():
+            is_iter = np.zeros(len(trace), dtype=bool)
+            is_iter[ids] = True
+            owner = trace.nearest_ancestor(is_iter, include_self=False)[np.nonzero(mask)[0]]
+            out = np.isin(ids, owner[owner >= 0])
+        return out
 
     def iteration_words(self):
         n = len(self.iters)
@@ -196,13 +258,22 @@ class _Summary:
                 s += ", throughput %.1f samples/s at batch %d" % (m.throughput_per_s,
                                                                  m.batch_size)
             lines.append(s)
+        compiling = self.compiling_iterations() if self.measurement is None else None
+        kept = np.arange(len(lat))       # the iterations the statistics are of
+        if compiling is not None and compiling.any() and not compiling.all():
+            kept = np.nonzero(~compiling)[0]    # a compile is shown, not mixed into latencies
+            lat = lat[kept]
         if self.measurement is None and len(lat):
             mean, std, med, lo, hi = _spread(lat)
             label = "step latency" if self.iteration_kind == "step" else "iteration latency"
+            if compiling is not None and compiling.any():
+                label += (" (the %d that compiled left out)" % int(compiling.sum())
+                          if not compiling.all() else " (every one compiled: compile time "
+                          "included)")
             lines.append("%s: mean %s, median %s, min %s, max %s" % (
                 label, _pm(mean, std), fmt_ns(med), fmt_ns(lo), fmt_ns(hi)))
             if len(lat) > 2 and hi > 3 * med:
-                worst = int(np.argmax(lat))
+                worst = int(kept[int(np.argmax(lat))])
                 lines.append("note: iteration %d took %.1fx the median%s; the mean includes "
                              "it (profile after a warm-up, or with xsp.schedule(warmup=...))"
                              % (worst, hi / med, " (the first call pays one-off costs)"
@@ -214,11 +285,16 @@ class _Summary:
                                     ("backward", "backward"), ("optimizer", "optimizer"),
                                     ("other", "other")):
                     v = self.phases[name + "_ns"].to_numpy()
+                    if len(v) == len(compiling if compiling is not None else ()) \
+                            and len(kept) < len(v):
+                        v = v[kept]
                     if name in ("toplevel_layers", "backward", "optimizer") and not v.any():
                         continue
                     mean, std, _, _, _ = _spread(v)
                     parts.append("%s %s" % (label, _pm(mean, std)))
                 lines.append("per step (mean ± std): " + ", ".join(parts))
+        if self.compile_line:
+            lines.append(self.compile_line)
         lines.append("lost or dropped: %s" % fmt_counters(self.counters))
         return lines
 
@@ -307,7 +383,46 @@ def text(source, top=10, op_sort="self_ns"):
     else:
         out.append("")
         out.append("Kernels, GPU vs CPU: level G was not recorded")
+    out.extend(_work_lines(source, s))
     return printable("\n".join(out) + "\n")
+
+
+def _work_lines(source, s):
+    """The text report's lines on FLOPs (record_shapes) and memory (profile_memory): [] when
+    the trace has neither."""
+    from . import flops, memory
+    trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
+    if trace is None and s.measurement is not None:
+        trace = s.measurement.trace
+    if trace is None:
+        return []
+    out = []
+    if any("input_dims" in sp.attrs for sp in trace.spans(kind="op")):
+        f = flops.summary(trace)
+        out += ["", "Work (analytical, from the recorded op inputs; xsp.flops): %s FLOPs, %s "
+                "bytes moved; %d op calls without a formula%s" % (
+                    _html_si(f["flops"]), _html_si(f["bytes"]), sum(f["uncovered"].values()),
+                    "; failed to rebuild: %s" % ", ".join(sorted(f["failed"])) if f["failed"]
+                    else "")]
+    if memory.has_memory(trace):
+        out += ["", "Memory (profile_memory; xsp.memory):"]
+        for dev, tot in memory.summary(trace).items():
+            out.append("  %s: %d allocations, %s allocated, %s freed, peak %s allocated; "
+                       "outside every span %s allocated" % (
+                           dev, tot["allocs"], _bytes(tot["alloc_bytes"]),
+                           _bytes(tot["freed_bytes"]), _bytes(tot["peak_bytes"]),
+                           _bytes(tot["outside_alloc_bytes"])))
+    return out
+
+
+def _html_si(v):
+    from . import _html
+    return _html._si(float(v)) if v == v else "?"
+
+
+def _bytes(v):
+    from . import _html
+    return _html._bytes_label(v)
 
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -444,6 +559,118 @@ def _plots(s):
     return plots
 
 
+def _si(v, unit=""):
+    """A number with an SI prefix for the roofline table ("1.23 GFLOP/s"), '-' when missing."""
+    if v is None or not isinstance(v, (int, float, np.integer, np.floating)) or np.isnan(v):
+        return "-"
+    v = float(v)
+    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return "%.3g %s%s" % (v / div, p, unit)
+    return ("%.3g %s" % (v, unit)).strip()
+
+
+def _pct(x):
+    """A fraction as a percentage with 3 significant digits ("0.0123%", "45.6%"), '-' when
+    missing."""
+    if x is None or not isinstance(x, (int, float, np.integer, np.floating)) or np.isnan(x):
+        return "-"
+    return "%.3g%%" % (100.0 * float(x))
+
+
+def _peaks_words(attrs):
+    """What the roofs are, for the report: the peaks' device, source and figures."""
+    p = attrs.get("peaks")
+    if not p:
+        return attrs.get("peaks_note") or "no roofs"
+    if "peak_gflops" in p:
+        return "roofs: peak %s, memory %s (given)" % (_si(p["peak_gflops"] * 1e9, "FLOP/s"),
+                                                     _si(p["peak_dram_gbps"] * 1e9, "B/s"))
+    src = p.get("source")
+    how = {"measured": "measured now by xsp.peaks", "cache": "measured by xsp.peaks, cached",
+           "override": "given (%s)" % (p.get("method") or {}).get("override", "override")}
+    return "roofs: %s peaks %s: %s; memory %s" % (
+        p.get("device"), how.get(src, src), ", ".join(
+            "%s %s" % (d, _si(v, "FLOP/s")) for d, v in sorted(p["flops_per_s"].items())),
+        _si(p.get("bytes_per_s"), "B/s"))
+
+
+def _roofline_parts(trace, top):
+    """The report's roofline section (HTML strings): a note, the plot (xsp._html.roofline_svg,
+    one point per layer, or per op without layers) and the table's first `top` rows; [] when
+    the trace's ops carry no inputs (xsp.profile(record_shapes=True))."""
+    from . import _html
+    from . import peaks as P
+    if trace is None:
+        return []
+    src = A._src(trace)
+    if not A._has_inputs(src):
+        return []
+    esc = _html_mod.escape
+    by = "layer" if A._layer_mask(src).any() else "op"
+    out = ["<h3>Roofline</h3>"]
+    notes = []
+    try:
+        try:
+            df = A.roofline(trace, by=by)
+        except P.PeaksError as e:
+            notes.append("roofs left out: %s" % e)
+            df = A.roofline(trace, by=by, peaks=False)
+    except (ValueError, TypeError, RuntimeError, ImportError) as e:
+        out.append("<p>%s</p>" % esc("No roofline: %s" % e))
+        return out
+    kinds = set(df["source"].dropna()) if len(df) else set()
+    values = ("measured (hardware counters of the kernels)" if kinds == {"measured"} else
+              "analytical: FLOPs from PyTorch's formulas and bytes from a model of the "
+              "recorded shapes (xsp.flops), not measured" if kinds <= {"analytical"} else
+              "analytical (xsp.flops, from the shapes) where the kernels had no hardware "
+              "counters, measured where they had: the source column says which")
+    what = ("one point per layer: the ops each layer owns, forward and backward (its "
+            "sublayers' are theirs)" if by == "layer" else "one point per op name and dtype")
+    dur = ("durations: the GPU work the ops launched" if df.attrs.get("durations") ==
+           "GPU work" else "durations: the ops' CPU spans (inclusive)")
+    out.append("<p>%s</p>" % esc("%s; values are %s; %s; %s." % (
+        what, values, dur, _peaks_words(df.attrs))))
+    if df.attrs.get("partial"):
+        notes.append("%d op trees had some kernels with hardware counters and some without: "
+                     "their values are analytical" % df.attrs["partial"])
+    label = df.columns[0]
+    pk = df.attrs.get("peaks") or {}
+    points = []
+    for r in df.to_dict("records"):
+        tip = "%s [%s, %s]\n%s, %s in %s\nintensity %s FLOP/B; achieved %s; roof %s (%s " \
+              "bound); %s of the roof" % (
+                  r[label], r["dtype"] or "dtype ?", r["source"], _si(r["flops"], "FLOP"),
+                  _si(r["bytes"], "B"), fmt_ns(r["duration_ns"]),
+                  _si(r["arithmetic_intensity"]), _si(r["flops_per_s"], "FLOP/s"),
+                  _si(r["roof_flops_per_s"], "FLOP/s"), r["bound"] or "?",
+                  _pct(r["roof_fraction"]))
+        points.append({"label": r[label], "intensity": r["arithmetic_intensity"],
+                       "flops_per_s": r["flops_per_s"], "dtype": r["dtype"], "tip": tip})
+    flops = dict(pk.get("flops_per_s") or {})
+    if "peak_gflops" in pk:
+        flops = {d: pk["peak_gflops"] * 1e9 for p in points
+                 for d in str(p["dtype"] or "").split("+") if d}
+    bw = pk.get("bytes_per_s") or (pk["peak_dram_gbps"] * 1e9 if "peak_dram_gbps" in pk
+                                   else None)
+    out.append(_html.roofline_svg(points, bw, flops, notes=notes))
+    shown = df.head(top)
+    table = pd.DataFrame({
+        label: shown[label], "dtype": shown["dtype"],
+        "FLOPs": [_si(v) for v in shown["flops"]], "bytes": [_si(v) for v in shown["bytes"]],
+        "time": [fmt_ns(v) for v in shown["duration_ns"]],
+        "FLOP/byte": [_si(v) for v in shown["arithmetic_intensity"]],
+        "achieved": [_si(v, "FLOP/s") for v in shown["flops_per_s"]],
+        "roof": [_si(v, "FLOP/s") for v in shown["roof_flops_per_s"]],
+        "bound": shown["bound"], "of roof": [_pct(v) for v in shown["roof_fraction"]],
+        "source": shown["source"], "ops": shown["ops"], "no formula": shown["uncounted"]})
+    out.append(_html.table_html(table))
+    if len(df) > top:
+        out.append("<p>%s</p>" % esc("%d more rows: xsp.analysis.roofline(trace, by=%r)"
+                                     % (len(df) - top, by)))
+    return out
+
+
 def _timeline_window(s):
     """(start, end, label, span id) of the iteration the timeline and the tree show: the
     median one by latency, so that neither the first (slow) call nor an outlier is what the
@@ -457,6 +684,42 @@ def _timeline_window(s):
     start = int(s.iters["start_ns"].iloc[j])
     return (start, start + lat, "iteration %d (the median by latency)" % j,
             int(s.iters["id"].iloc[j]))
+
+
+def _memory_parts(trace, top):
+    """The report's memory section (HTML strings), for a trace recorded with
+    profile_memory=True: per device the totals, the timeline (xsp._html.memory_svg) and the
+    layers with the highest peaks; [] without memory."""
+    from . import _html, memory
+    if trace is None or not memory.has_memory(trace):
+        return []
+    esc = _html_mod.escape
+    out = ["<h3>Memory</h3>", "<p>%s</p>" % esc(
+        "allocations PyTorch reports to profilers (profile_memory=True), each in the innermost "
+        "span open on the allocating thread; per op, allocated minus freed is torch.profiler's "
+        "self memory (docs/analyses.md, Memory)")]
+    for dev, tot in memory.summary(trace).items():
+        out.append("<p>%s</p>" % esc(
+            "%s: %d allocations, %s allocated, %s freed, peak %s allocated; outside every "
+            "span: %s allocated, %s freed" % (
+                dev, tot["allocs"], _html._bytes_label(tot["alloc_bytes"]),
+                _html._bytes_label(tot["freed_bytes"]), _html._bytes_label(tot["peak_bytes"]),
+                _html._bytes_label(tot["outside_alloc_bytes"]),
+                _html._bytes_label(tot["outside_freed_bytes"]))))
+        tl = memory.timeline(trace, device=dev)
+        out.append(_html.memory_svg(tl.to_dict("records"), device=dev,
+                                    notes=["%s: total allocated after each span with "
+                                           "allocations (line); red: a span's peak inside it, "
+                                           "where above that" % dev]))
+        lay = memory.layers(trace, device=dev).dropna(subset=["peak_bytes"])
+        if len(lay):
+            lay = lay.sort_values(["peak_bytes", "id"], ascending=[False, True]).head(top)
+            for c in ("peak_bytes", "alloc_bytes", "self_bytes", "backward_alloc_bytes"):
+                lay[c] = lay[c].astype("Int64")
+            out.append(_pretty(lay[["name", "type", "peak_bytes", "alloc_bytes", "self_bytes",
+                                    "backward_alloc_bytes"]]).to_html(
+                index=False, classes="xsp", border=0))
+    return out
 
 
 def html_fragment(source, top=10):
@@ -512,6 +775,8 @@ def html_fragment(source, top=10):
     trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
     if trace is None and s.measurement is not None:
         trace = s.measurement.trace
+    parts.extend(_roofline_parts(trace, top))
+    parts.extend(_memory_parts(trace, top))
     win = _timeline_window(s) if trace is not None and s.measurement is None else None
     if win is not None:
         parts.append("<h3>Timeline of %s</h3>" % esc(win[2]))

@@ -423,6 +423,21 @@ class Trace:
             self._children = (offs, order)
         return self._children
 
+    def stack_of(self, i):
+        """The Python call stack of span i (a span id or Span), innermost first, as
+        torch.profiler's event.stack: the names ("file.py(42): forward") of the python spans
+        among its ancestors, which a profile made with with_stack=True records; [] for a span
+        without any.  Raises IndexError for an id out of range."""
+        i = self[int(getattr(i, "id", i))].id
+        py = KINDS.index("python")
+        out = []
+        p = int(self._parent[i])
+        while p != NO_PARENT:
+            if self._kind[p] == py:
+                out.append(self.strings[self._name[p]])
+            p = int(self._parent[p])
+        return out
+
     def children_of(self, i):
         """Ids of span i's children, in start order."""
         offs, order = self._child_index()
@@ -507,7 +522,7 @@ class Trace:
     _SPAN_KEYS = ("name", "kind", "start_ns", "end_ns", "parent", "level", "thread", "flags",
                   "attrs")
     _KIND_LEVEL = {"region": "M", "model": "M", "step": "M",
-                   "module": "L", "op": "L", "backward": "L", "scope": "L"}
+                   "module": "L", "op": "L", "backward": "L", "scope": "L", "python": "L"}
 
     @classmethod
     def from_spans(cls, spans, threads=None, meta=None, counters=None):
@@ -607,7 +622,7 @@ class Trace:
     _TREE_QUIET = ("gpu.records", "forced_end", "open_at_stop")
 
     def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None,
-             min_share=None, fold=True, max_lines=None):
+             min_share=None, fold=True, max_lines=None, source=False):
         """A readable text tree: one line per span with kind, duration and self time.
 
         max_depth: deepest level shown (the top line is depth 0); min_duration_ns: hide
@@ -626,6 +641,11 @@ class Trace:
         ("counters: unmatched_end 1" when no span was lost).  Lines deeper than 32 levels keep
         the indent of 32 and end with "[depth N]".  Names are shown with control characters
         escaped, bytes that are not UTF-8 as '?', and cut to 400 characters ("…").
+
+        source: module and model lines end with where their code is, " @ models.py:42 from
+        train.py:17": the file name and line of the class's forward (attribute "source") and
+        of the call (attribute "call_site"); a folded line shows its first span's source and
+        the call site its spans share, or "from 3 call sites".
         Raises TypeError or ValueError for a min_share or max_lines out of range.
         """
         if root is not None:
@@ -646,7 +666,7 @@ class Trace:
                 raise ValueError("max_lines must be 0 or more, not %d" % max_lines)
         items = self._tree_items(root, max_depth, min_duration_ns, max_children, min_share,
                                  fold)
-        line = self._tree_formatter()
+        line = self._tree_formatter(bool(source))
         if max_lines is None:
             lines = [line(it) for it in items]
         else:
@@ -763,14 +783,45 @@ class Trace:
             for g in groups(roots[visible[roots]]):
                 yield from walk(g)
 
-    def _tree_formatter(self):
+    def _tree_formatter(self, source=False):
         """A function of an item of _tree_items that returns its text (the columns it reads
-        fetched once)."""
+        fetched once); source: with the source suffix of module and model lines."""
         dur, selft = self.duration_ns, self.self_ns
-        return lambda item: self._tree_line(item, dur, selft)
+        if not source:
+            return lambda item: self._tree_line(item, dur, selft)
+        places = {}
+        for key in ("source", "call_site"):
+            ids, vals = self.attr_column(key)
+            places[key] = dict(zip(ids.tolist(), vals if isinstance(vals, list)
+                                   else vals.tolist()))
+        return lambda item: self._tree_line(item, dur, selft, places)
 
-    def _tree_line(self, item, dur, selft):
-        """The text of one item of _tree_items; dur, selft: duration_ns and self_ns."""
+    @staticmethod
+    def _place(text):
+        """'models.py:42' of a source or call_site attribute '/path/to/models.py:42'."""
+        if not isinstance(text, str):
+            return "?"
+        return _clean(text.replace("\\", "/").rsplit("/", 1)[-1])
+
+    def _source_suffix(self, ids, places):
+        """tree(source=True)'s ' @ models.py:42 from train.py:17' for a line of module or model
+        spans ids (their first's source; the call site when they share one, else how many
+        sites), '' for other spans and spans without either attribute."""
+        i = ids[0]
+        if KINDS[self._kind[i]] not in ("module", "model"):
+            return ""
+        src, calls = places["source"].get(i), places["call_site"]
+        sites = {calls.get(j) for j in ids} - {None}
+        text = " @ %s" % self._place(src) if src is not None else ""
+        if len(sites) == 1:
+            text += " from %s" % self._place(next(iter(sites)))
+        elif sites:
+            text += " from %d call sites" % len(sites)
+        return text
+
+    def _tree_line(self, item, dur, selft, places=None):
+        """The text of one item of _tree_items; dur, selft: duration_ns and self_ns; places:
+        {"source": {span id: str}, "call_site": {...}} to show them, or None."""
         what, ids, prefix, conn, depth, extra = item
         if what == "more":
             text = "… %d more (%s)" % (len(ids), _fmt_ns(int(dur[ids].sum())))
@@ -797,6 +848,8 @@ class Trace:
                 flags = int(np.bitwise_or.reduce(self._flags[ids]))
             if flags & 3:
                 text += " {%s}" % ",".join(f for b, f in self._FLAG_NAMES if flags & b)
+            if places is not None:
+                text += self._source_suffix(ids, places)
         if depth > self._TREE_INDENT:
             text += " [depth %d]" % depth
         return prefix + conn + text
@@ -805,7 +858,7 @@ class Trace:
     # or a hand-made trace may hold another type under these keys; to_pandas shows such a
     # value as text (str()) for a text key and as missing (None) for a numeric key, so that
     # the layers above (analyses, reports) always see the types they compute with.
-    _TEXT_ATTRS = frozenset(("type", "shapes"))
+    _TEXT_ATTRS = frozenset(("type", "shapes", "source", "call_site"))
     _INT_ATTRS = frozenset((
         "seq", "fwd_op", "mem_bytes", "correlation", "device", "stream", "grid_x", "grid_y",
         "grid_z", "block_x", "block_y", "block_z", "registers", "smem_static", "smem_dynamic",

@@ -9,7 +9,9 @@
  *   2. k-way merge by (start, thread order, record order): global ids grow with start time,
  *      and since a parent is recorded before its children on its thread, its global id is
  *      known when a child is emitted;
- *   3. attributes from the kind-specific record fields ("type", "seq", "fwd_op");
+ *   3. attributes from the kind-specific record fields ("type", "seq", "fwd_op", and "site":
+ *      a model or module span's a0 when not negative, the index of its call site, which the
+ *      Python binding turns into "source" and "call_site" at stop, csrc/python/modsites.h);
  *   4. backward functions are linked to the forward op that created their autograd node: the
  *      last op on the forward thread to start with the same sequence number (composite ops
  *      that enclose it carry the number too, but start earlier);
@@ -219,7 +221,7 @@ static int prepare_thread(thread_view *v, xsp_trace *t)
     return 0;
 }
 
-static const char *const INT_KEYS[] = {"seq", "fwd_op"};
+static const char *const INT_KEYS[] = {"seq", "fwd_op", "site"};
 
 /* Steps 3-4 for one record now emitted as span id. Returns 0 or -1. */
 static int add_attrs(xsp_trace *t, xsp_span *s, const xsp_rec *r, const thread_view *v,
@@ -230,6 +232,12 @@ static int add_attrs(xsp_trace *t, xsp_span *s, const xsp_rec *r, const thread_v
     s->attr_n = 0;
     if (r->name2) {
         a = (xsp_attr){.key = keys[2], .type = XSP_ATTR_STR, .v.s = v->names[r->name2]};
+        if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
+            return -1;
+        s->attr_n++;
+    }
+    if ((r->kind == XSP_KIND_MODEL || r->kind == XSP_KIND_MODULE) && r->a0 >= 0) {
+        a = (xsp_attr){.key = keys[3], .type = XSP_ATTR_INT, .v.i = r->a0};
         if (xsp_trace_add_attr(t, &a) == UINT32_MAX)
             return -1;
         s->attr_n++;
@@ -407,13 +415,15 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         total += v[i].count;
         ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t) == 0;
     }
-    uint32_t keys[3] = {0, 0, 0};
+    uint32_t keys[4] = {0, 0, 0, 0};
     static const char *const type_key = "type";
     if (ok) {
         keys[0] = xsp_strtab_intern(&t->strings, INT_KEYS[0], strlen(INT_KEYS[0]));
         keys[1] = xsp_strtab_intern(&t->strings, INT_KEYS[1], strlen(INT_KEYS[1]));
         keys[2] = xsp_strtab_intern(&t->strings, type_key, strlen(type_key));
+        keys[3] = xsp_strtab_intern(&t->strings, INT_KEYS[2], strlen(INT_KEYS[2]));
         ok = keys[0] != UINT32_MAX && keys[1] != UINT32_MAX && keys[2] != UINT32_MAX
+             && keys[3] != UINT32_MAX
              && total < UINT32_MAX && reserve_spans(t, (uint32_t)total) == 0;
     }
     /* The backward links are a luxury: without memory for their map, the trace is still made

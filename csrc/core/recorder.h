@@ -9,8 +9,9 @@
  * Begin/end pairs are matched by a caller-chosen key (the RecordFunction's address for ops, a
  * token for Python-recorded spans; only the low 56 bits count): an end closes the innermost
  * open span with its key; spans still open above it are closed at the same time and flagged
- * XSP_FLAG_FORCED_END; an end whose key is not open (an op that started before the session)
- * is counted, not recorded.
+ * XSP_FLAG_FORCED_END (except where Python function spans, kind python, cross: see
+ * replay.c); an end whose key is not open (an op that started before the session) is
+ * counted, not recorded.
  *
  * Memory is capped: the log lives in chunks reserved against config.max_bytes; once the cap
  * is reached, further spans are counted in "lost.cap" and the trace says so (the ends of spans

@@ -9,6 +9,13 @@
  *   - an end closes the innermost open span with its key; spans open above it are closed at
  *     the same time with XSP_FLAG_FORCED_END; an end whose key is not open is counted in
  *     unmatched (the op began before the session);
+ *   - except where a Python function span (kind python, with_stack) and the spans open above
+ *     it cross, which Python code does without anything going wrong: a record_function
+ *     scope begins in its __enter__'s frame and ends in its __exit__'s.  When the span ending
+ *     is a python span, or every span open above it is one, it ends alone, at the start of
+ *     the lowest span open above it (so that siblings do not overlap and what it ran before
+ *     that lies inside it): the spans above stay open, the lowest of them moved to its parent
+ *     as its next sibling; no span is forced;
  *   - spans still open at the end of the log are ended at stop with XSP_FLAG_OPEN_AT_STOP.
  * Each begin's rank maps to its record (or, past the depth limit, to its nearest recorded
  * ancestor) in ord2rec: the GPU's external ids name spans by that rank.
@@ -150,6 +157,18 @@ static int put_ord(xsp_tbuf *tb, uint32_t *cap, uint32_t idx)
     return 0;
 }
 
+/* Whether the end of stack[d - 1], with stack[d .. depth) open above it, is a crossing of
+ * Python function spans (see the top): it or all of those above are kind python. */
+static int crosses(const xsp_tbuf *tb, const open_span *stack, uint32_t d, uint32_t depth)
+{
+    if (xsp_tbuf_rec(tb, stack[d - 1].idx)->kind == XSP_KIND_PYTHON)
+        return 1;
+    for (uint32_t i = d; i < depth; i++)
+        if (xsp_tbuf_rec(tb, stack[i].idx)->kind != XSP_KIND_PYTHON)
+            return 0;
+    return 1;
+}
+
 int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi,
                     int need_ord)
 {
@@ -238,6 +257,16 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
                         overflow--;          /* the end of a span begun past the limit */
                     else
                         tb->unmatched++;
+                    continue;
+                }
+                if (d < depth && crosses(tb, stack, d, depth)) {
+                    xsp_rec *r = xsp_tbuf_rec(tb, stack[d - 1].idx);
+                    xsp_rec *up = xsp_tbuf_rec(tb, stack[d].idx);
+                    r->end = up->start;
+                    r->flags |= (uint16_t)(tag & 0x3Fu);
+                    up->parent = r->parent;
+                    memmove(&stack[d - 1], &stack[d], (depth - d) * sizeof *stack);
+                    depth--;
                     continue;
                 }
                 overflow = 0;                /* an enclosing span ends: those past it too */

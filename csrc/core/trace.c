@@ -513,6 +513,6 @@ const char *xsp_kind_name(unsigned kind)
 {
     static const char *const names[XSP_NKINDS] = {
         "region", "model",  "step",   "module", "op",   "backward", "scope",
-        "runtime", "driver", "kernel", "memcpy", "memset", "sync", "overhead"};
+        "runtime", "driver", "kernel", "memcpy", "memset", "sync", "overhead", "python"};
     return kind < XSP_NKINDS ? names[kind] : "?";
 }

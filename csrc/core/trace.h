@@ -44,7 +44,8 @@ enum xsp_kind {
     XSP_KIND_MEMSET = 11,  /* G: a memory set */
     XSP_KIND_SYNC = 12,    /* G: a synchronization */
     XSP_KIND_OVERHEAD = 13,/* G: CUPTI's own overhead */
-    XSP_NKINDS = 14
+    XSP_KIND_PYTHON = 14,  /* L: a Python function call (with_stack; csrc/python/pystack.c) */
+    XSP_NKINDS = 15
 };
 
 /* Span flags (bits).  Part of the file format. */

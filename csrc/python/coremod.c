@@ -23,6 +23,8 @@
 #include "../io/tracefile.h"
 #include "gpumod.h"
 #include "modcall.h"
+#include "modsites.h"
+#include "pystack.h"
 #include "sessionmod.h"
 #include "tracebuild.h"
 #include "tracedata.h"
@@ -105,13 +107,13 @@ static PyObject *core_after_fork_child(PyObject *mod, PyObject *Py_UNUSED(ignore
     return xsp_py_after_fork_child();
 }
 
-/* begin(level, kind, name, name2=None) -> key */
+/* begin(level, kind, name, name2=None, a0=-1) -> key */
 static PyObject *core_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)mod;
-    if (nargs < 3 || nargs > 4)
-        return PyErr_Format(PyExc_TypeError, "begin(level, kind, name, name2=None) takes 3 or 4 "
-                            "arguments (%zd given)", nargs);
+    if (nargs < 3 || nargs > 5)
+        return PyErr_Format(PyExc_TypeError, "begin(level, kind, name, name2=None, a0=-1) takes "
+                            "3 to 5 arguments (%zd given)", nargs);
     long level = PyLong_AsLong(args[0]), kind = PyLong_AsLong(args[1]);
     if ((level == -1 || kind == -1) && PyErr_Occurred())
         return NULL;
@@ -121,10 +123,13 @@ static PyObject *core_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     const char *name = PyUnicode_AsUTF8AndSize(args[2], &len), *name2 = NULL;
     if (!name)
         return NULL;
-    if (nargs == 4 && args[3] != Py_None && !(name2 = PyUnicode_AsUTF8AndSize(args[3], &len2)))
+    if (nargs >= 4 && args[3] != Py_None && !(name2 = PyUnicode_AsUTF8AndSize(args[3], &len2)))
+        return NULL;
+    long long a0 = nargs == 5 ? PyLong_AsLongLong(args[4]) : -1;   /* a module's site */
+    if (a0 == -1 && PyErr_Occurred())
         return NULL;
     uint64_t key = xsp_py_new_key();   /* never an object address: see modcall.h */
-    xsp_rec_begin((uint8_t)level, (uint8_t)kind, name, (size_t)len, name2, (size_t)len2, key, -1,
+    xsp_rec_begin((uint8_t)level, (uint8_t)kind, name, (size_t)len, name2, (size_t)len2, key, a0,
                   0);
     return PyLong_FromUnsignedLongLong(key);
 }
@@ -307,7 +312,8 @@ static PyMethodDef core_methods[] = {
     {"_after_fork_child", core_after_fork_child, METH_NOARGS,
      "For os.register_at_fork(after_in_child=...): the inherited profile goes inert."},
     {"begin", (PyCFunction)(void (*)(void))core_begin, METH_FASTCALL,
-     "begin(level, kind, name, name2=None) -> key"},
+     "begin(level, kind, name, name2=None, a0=-1) -> key (a0: a model or module span's "
+     "site, ModuleSites)"},
     {"end", (PyCFunction)(void (*)(void))core_end, METH_FASTCALL, "end(key, flags=0)"},
     {"now", core_now, METH_NOARGS, "now() -> int: CLOCK_MONOTONIC (or the fake clock) in ns."},
     {"set_fake_clock", core_set_fake_clock, METH_VARARGS,
@@ -372,6 +378,16 @@ static int core_exec(PyObject *m)
     int sh_rc = sh_type ? PyModule_AddType(m, (PyTypeObject *)sh_type) : -1;
     Py_XDECREF(sh_type);
     if (sh_rc < 0)
+        return -1;
+    PyObject *si_type = PyType_FromModuleAndSpec(m, &xsp_sites_spec, NULL);
+    int si_rc = si_type ? PyModule_AddType(m, (PyTypeObject *)si_type) : -1;
+    Py_XDECREF(si_type);
+    if (si_rc < 0)
+        return -1;
+    PyObject *ps_type = PyType_FromModuleAndSpec(m, &xsp_pystack_spec, NULL);
+    int ps_rc = ps_type ? PyModule_AddType(m, (PyTypeObject *)ps_type) : -1;
+    Py_XDECREF(ps_type);
+    if (ps_rc < 0)
         return -1;
     PyObject *sess_type = PyType_FromModuleAndSpec(m, &xsp_session_spec, NULL);
     st->session_type = (PyTypeObject *)sess_type;

@@ -11,8 +11,8 @@
  *
  * Per thread, a small C11 thread-local state: the number of open module calls and the
  * qualified-name map {id(module): "layer1.0.conv1"} of the current top-level (model) call.  The
- * rare paths stay in Python, called from here: top(module) for a top-level call (maps the
- * model's names, begins the model span, returns (key or None, names)), name_of(module) for a
+ * rare paths stay in Python, called from here: top(module, site) for a top-level call (maps
+ * the model's names, begins the model span, returns (key or None, names)), name_of(module) for a
  * module missing from the map (returns (name, names)), new_thread() the first time a thread
  * calls (records its name).  A failure in any of them, or here, is counted in `errors` and the
  * call goes on without a span: bookkeeping never changes what the model does or raises.
@@ -22,6 +22,12 @@
  * it returns.  The names map is borrowed: the Python side keeps every map it hands out alive
  * for the session, so a thread that exits leaks nothing.  A helper's Exception is counted; a
  * KeyboardInterrupt or SystemExit raised in one propagates, before the forward runs.
+ *
+ * Where each call comes from: with a ModuleSites table (modsites.h), a call that begins a span
+ * looks up its site (the calling frame's code and instruction offset, and the module's class)
+ * and passes the index as the span's a0 (to top() for a top-level call), from which the span
+ * gets its "source" and "call_site" attributes at stop; a nested call of level M only, which
+ * begins no span, looks nothing up.
  *
  * The wrapper's begin and end pair up in its own C frame, so an exception from the forward
  * (KeyboardInterrupt included) still ends the span.  `on` turns it into a plain forwarder once
@@ -35,6 +41,7 @@
 #include <structmember.h>
 
 #include "../core/recorder.h"
+#include "modsites.h"
 
 typedef struct {
     PyObject_HEAD
@@ -43,6 +50,7 @@ typedef struct {
     PyObject *top;              /* top(module) -> (key or None, names) (strong) */
     PyObject *name_of;          /* name_of(module) -> (name, names) (strong) */
     PyObject *new_thread;       /* new_thread() -> None (strong) */
+    PyObject *sites;            /* the ModuleSites of the profile (strong), or NULL: a0 -1 */
     uint64_t serial;            /* identifies the per-thread state made for this wrapper */
     int record_modules;         /* 1: nested calls get module spans (level L) */
     _Atomic int on;             /* 1 while the profile records; set by set_on() */
@@ -96,6 +104,16 @@ static PyObject *take_pair(xsp_ModuleCallObject *self, PyObject *pair, int *stop
     return PyTuple_GET_ITEM(pair, 0);
 }
 
+/* The site of this call of module (modsites.h), or -1 without a table.  Runs no Python code,
+ * cannot fail visibly. */
+static int64_t call_site(xsp_ModuleCallObject *self, PyObject *module)
+{
+    if (!self->sites)
+        return -1;
+    /* the frame of the code calling the module: this wrapper is C and pushed none */
+    return xsp_sites_lookup(self->sites, PyEval_GetFrame(), Py_TYPE(module));
+}
+
 /* Begins the span of a call (returns its key, or 0 for none).  *stop = 1: an exception that
  * is not an Exception is set; the call must raise it. */
 static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module, int *stop)
@@ -112,7 +130,10 @@ static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module, int *st
             return 0;
     }
     if (tls_depth == 0) {                   /* a top-level (model) call: Python maps names */
-        PyObject *pair = PyObject_CallOneArg(self->top, module);
+        PyObject *site = PyLong_FromLongLong(call_site(self, module));
+        PyObject *args[2] = {module, site};
+        PyObject *pair = site ? PyObject_Vectorcall(self->top, args, 2, NULL) : NULL;
+        Py_XDECREF(site);
         PyObject *k = take_pair(self, pair, stop);
         uint64_t key = 0;
         if (k != NULL && k != Py_None) {
@@ -161,8 +182,8 @@ static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module, int *st
                 cls = dot + 1;
         }
         key = xsp_py_new_key();
-        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, s, XSP_NAME_NUL, cls, XSP_NAME_NUL, key, -1,
-                      0);
+        xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, s, XSP_NAME_NUL, cls, XSP_NAME_NUL, key,
+                      call_site(self, module), 0);
     }
     Py_XDECREF(pair);
     return key;
@@ -192,15 +213,18 @@ static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
     return res;
 }
 
-/* ModuleCall(orig, top, name_of, new_thread, record_modules) */
+/* ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None) */
 static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"orig", "top", "name_of", "new_thread", "record_modules", NULL};
-    PyObject *orig, *top, *name_of, *new_thread;
+    static char *kwlist[] = {"orig", "top", "name_of", "new_thread", "record_modules", "sites",
+                             NULL};
+    PyObject *orig, *top, *name_of, *new_thread, *sites = Py_None;
     int record_modules;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOp:ModuleCall", kwlist, &orig, &top,
-                                     &name_of, &new_thread, &record_modules))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOp|O:ModuleCall", kwlist, &orig, &top,
+                                     &name_of, &new_thread, &record_modules, &sites))
         return NULL;
+    if (sites != Py_None && !xsp_sites_is(sites))
+        return PyErr_Format(PyExc_TypeError, "ModuleCall: sites must be a ModuleSites or None");
     if (!PyCallable_Check(orig) || !PyCallable_Check(top) || !PyCallable_Check(name_of)
         || !PyCallable_Check(new_thread))
         return PyErr_Format(PyExc_TypeError, "ModuleCall: orig, top, name_of and new_thread "
@@ -213,6 +237,7 @@ static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->top = Py_NewRef(top);
     self->name_of = Py_NewRef(name_of);
     self->new_thread = Py_NewRef(new_thread);
+    self->sites = sites == Py_None ? NULL : Py_NewRef(sites);
     self->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     self->record_modules = record_modules;
     atomic_store_explicit(&self->on, 1, memory_order_relaxed);
@@ -227,6 +252,7 @@ static int mc_traverse(xsp_ModuleCallObject *self, visitproc visit, void *arg)
     Py_VISIT(self->top);
     Py_VISIT(self->name_of);
     Py_VISIT(self->new_thread);
+    Py_VISIT(self->sites);
     return 0;
 }
 
@@ -236,6 +262,7 @@ static int mc_clear(xsp_ModuleCallObject *self)
     Py_CLEAR(self->top);
     Py_CLEAR(self->name_of);
     Py_CLEAR(self->new_thread);
+    Py_CLEAR(self->sites);
     return 0;
 }
 
@@ -385,8 +412,8 @@ static PyType_Slot mc_slots[] = {
     {Py_tp_methods, mc_methods},
     {Py_tp_getset, mc_getset},
     {Py_tp_members, mc_members},
-    {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules): xsp's "
-                "nn.Module.__call__ wrapper (see xsp/profiler.py)."},
+    {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None): "
+                "xsp's nn.Module.__call__ wrapper (see xsp/profiler.py)."},
     {0, NULL},
 };
 

@@ -18,6 +18,7 @@
  *                 plain type attribute store, and at stop turns it off and puts the original
  *                 back when it is still the class attribute
  *   torch         attaches the shim's RecordFunction callback (xsp._torch's capsule, xsp_api.h)
+ *   stack         with_stack: the Python function spans' profile function (pystack.h)
  * and starts it whole, or raises with nothing installed.  Stop stops it whole, then finishes the
  * trace in C before anyone sees it: meta (the session's, this profile's, hook_errors, how the
  * block ended), thread names, and the shapes and memory attributes of module spans.  The trace
@@ -56,6 +57,8 @@
 #include "../core/session.h"
 #include "gpumod.h"
 #include "modcall.h"
+#include "modsites.h"
+#include "pystack.h"
 #include "tracedata.h"
 #include "tracefinish.h"
 
@@ -72,6 +75,7 @@ typedef struct {
     PyObject *names;            /* dict native tid -> thread name, or NULL */
     PyObject *threads;          /* threading._active, {ident: Thread}, read at stop, or NULL */
     PyObject *side;             /* dict native tid -> [[shapes, mem0, delta], ...], or NULL */
+    PyObject *stack;            /* with_stack's PyStack (strong), or NULL: source "stack" */
     PyObject *hook_owner;       /* object whose int attribute _errors counts failures, or NULL */
     PyObject *meta;             /* dict of meta added at stop (strong), or NULL */
     PyObject *where;            /* str: where the profile was made, for messages */
@@ -266,6 +270,16 @@ static void torch_stop(void *ctx, char *err, size_t errlen)
                  "profiles in this process will be refused");
 }
 
+static int stack_start(void *ctx, char *err, size_t errlen)
+{
+    return xsp_pystack_start(((SessionObject *)ctx)->stack, err, errlen);
+}
+
+static void stack_stop(void *ctx, char *err, size_t errlen)
+{
+    xsp_pystack_stop(((SessionObject *)ctx)->stack, err, errlen);
+}
+
 static void sync_stop(void *ctx, char *err, size_t errlen)
 {
     SessionObject *self = ctx;
@@ -321,6 +335,12 @@ static xsp_session *make_session(SessionObject *self, int gpu, const char *level
     }
     if (self->torch) {
         xsp_source src = {.name = "torch", .start = torch_start, .stop = torch_stop,
+                          .ctx = self};
+        if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
+            goto fail;
+    }
+    if (self->stack) {      /* last: the Python function spans open inside everything else */
+        xsp_source src = {.name = "stack", .start = stack_start, .stop = stack_stop,
                           .ctx = self};
         if (xsp_session_add_source(s, &src, err, sizeof err) != 0)
             goto fail;
@@ -456,6 +476,11 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
         PyObject *e = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_errors") : NULL;
         if (e && PyLong_Check(e))
             errors += PyLong_AsLongLong(e);
+        /* the call sites of the module spans become their source and call_site attributes */
+        PyObject *sites = d && PyDict_Check(d) ? PyDict_GetItemString(d, "sites") : NULL;
+        char serr[256];
+        if (sites && xsp_sites_is(sites) && xsp_sites_attach(sites, t, serr, sizeof serr) != 0)
+            xsp_trace_set_meta_str(t, "source_error", serr);
         Py_XDECREF(d);
         PyErr_Clear();
         xsp_trace_set_meta_int(t, "hook_errors", errors);
@@ -465,6 +490,16 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
         xsp_py_name_live_threads(t, self->threads);
     if (self->side && PyDict_Check(self->side) && xsp_py_attach_side(t, self->side) != 0)
         xsp_trace_set_meta_str(t, "attrs_error", "out of memory while attaching attributes");
+    {   /* xsp/compiled.py's tables (compile spans, source modules in compiled regions), read
+         * from the instance dict itself: an attribute lookup could run Python */
+        PyObject *d = PyObject_GenericGetDict((PyObject *)self, NULL);
+        PyObject *spec = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_span_attrs") : NULL;
+        if (spec && xsp_py_attach_tables(t, spec) != 0)
+            xsp_trace_set_meta_str(t, "attrs_error", "torch.compile attributes: out of memory, "
+                                   "or a span already had the attribute");
+        Py_XDECREF(d);
+        PyErr_Clear();
+    }
     if (block_exc && block_exc != Py_None) {
         int interrupt = !PyObject_TypeCheck(block_exc, (PyTypeObject *)PyExc_Exception);
         char what[256];
@@ -492,6 +527,10 @@ static void go_inert(SessionObject *self)
         PyErr_Clear();
     if (self->torch)
         torch_api(self)->detach();
+    if (self->stack) {
+        char err[256];
+        xsp_pystack_stop(self->stack, err, sizeof err);
+    }
     if (self->sess)
         xsp_session_forget(self->sess);
     if (g_active == self) {
@@ -859,28 +898,31 @@ static int parse_schedule(PyObject *o, xsp_schedule *sc)
 /* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
  *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
  *        torch=None, sync=None, names=None, threads=None, side=None, hook_owner=None,
- *        meta=None, where=None, schedule=None, on_trace_ready=None, torch_options=0) */
+ *        meta=None, where=None, schedule=None, on_trace_ready=None, torch_options=0,
+ *        stack=None) */
 static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
                              "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
                              "wrapper", "cell", "torch", "sync", "names", "threads", "side",
                              "hook_owner", "meta", "where", "schedule", "on_trace_ready",
-                             "torch_options", NULL};
+                             "torch_options", "stack", NULL};
     const char *levels, *region = NULL;
     unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
     int gpu = 0, share = 0, fallback = 0;
     PyObject *module_type = Py_None, *wrapper = Py_None, *cell = Py_None, *torch = Py_None,
              *sync = Py_None, *names = Py_None, *more = Py_None, *side = Py_None,
              *owner = Py_None, *meta = Py_None, *where = Py_None, *sched = Py_None,
-             *ready = Py_None;
+             *ready = Py_None, *stack = Py_None;
     unsigned int topts = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOOI:_setup", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOOIO:_setup", kwlist,
                                      &levels, &region, &max_bytes, &pool_bytes, &gpu, &gpu_max,
                                      &share, &fallback, &module_type, &wrapper, &cell, &torch,
                                      &sync, &names, &more, &side, &owner, &meta, &where, &sched,
-                                     &ready, &topts))
+                                     &ready, &topts, &stack))
         return NULL;
+    if (stack != Py_None && !xsp_pystack_is(stack))
+        return PyErr_Format(PyExc_TypeError, "_setup: stack must be a PyStack or None");
     if (topts & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY))
         return PyErr_Format(PyExc_ValueError, "_setup: unknown torch_options %u", topts);
     xsp_core_state *st = state_of((PyObject *)self);
@@ -935,6 +977,7 @@ static PyObject *sess_setup(SessionObject *self, PyObject *args, PyObject *kw)
     KEEP(names, names);
     KEEP(threads, more);
     KEEP(side, side);
+    KEEP(stack, stack);
     KEEP(hook_owner, owner);
     KEEP(meta, meta);
     KEEP(where, where);
@@ -1117,6 +1160,7 @@ static int sess_traverse(SessionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->names);
     Py_VISIT(self->threads);
     Py_VISIT(self->side);
+    Py_VISIT(self->stack);
     Py_VISIT(self->hook_owner);
     Py_VISIT(self->meta);
     Py_VISIT(self->where);
@@ -1141,6 +1185,7 @@ static int sess_clear(SessionObject *self)
     Py_CLEAR(self->names);
     Py_CLEAR(self->threads);
     Py_CLEAR(self->side);
+    Py_CLEAR(self->stack);
     Py_CLEAR(self->hook_owner);
     Py_CLEAR(self->meta);
     Py_CLEAR(self->where);

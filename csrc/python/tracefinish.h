@@ -35,4 +35,24 @@ int xsp_py_attach_side(xsp_trace *t, PyObject *side);
  * visibly. */
 void xsp_py_meta_from(xsp_trace *t, PyObject *meta);
 
+/* Span attributes from the tables of xsp/compiled.py (a profile's _span_attrs), an exact dict
+ *   {"events": [(t_lo, t_hi, name, {key: value}), ...],
+ *    "regions": [(prefix, key, {scope: {name: [value, ...]}}, meta_prefix), ...]}
+ * where every container is of the exact built-in type and every value an exact str, int or
+ * float, or None (anything else is skipped, so no Python code runs).
+ *   events: each span named name that starts in [t_lo, t_hi] (session clock) gets the
+ *     attributes of the dict (the compile spans that the Dynamo callbacks began);
+ *   regions: a span whose name starts with prefix opens a region whose scope is the rest of
+ *     its name ("Torch-Compiled Region: 0/0" -> "0/0"); inside it, a top span (a child of the
+ *     region, or of a top span whose name is not in the scope's table: a wrapper such as
+ *     "CompiledFunction") named name is the k-th top span of that name in its region, in start
+ *     order, and gets attribute key = table[scope][name][k].  Counted in meta
+ *     <meta_prefix>.attached, .unmatched (the region ran more spans of a name than the table
+ *     lists) and .unknown (the value is None: torch kept no source for that call), set when a
+ *     region with a table was found.
+ * A span gets each key once (the first value given).  Returns 0, or -1 when an attribute could
+ * not be added (out of memory, or a span already has that key: the trace keeps its spans and
+ * the attributes added before; no exception set). */
+int xsp_py_attach_tables(xsp_trace *t, PyObject *spec);
+
 #endif

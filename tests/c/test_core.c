@@ -891,6 +891,79 @@ static void test_add_span_attrs(void)
     xsp_trace_free(ref);
 }
 
+/* A model or module span's a0, when not negative, becomes its integer attribute "site" (the
+ * index of its call site, turned into source and call_site by the Python binding); -1 gives
+ * none, and other kinds never get one. */
+static void test_module_site(void)
+{
+    xsp_clock_set_fake(1000, 10);
+    char err[256];
+    CHECK(xsp_rec_start(&(xsp_config){0}, err, sizeof err) == 0);
+    xsp_rec_begin(XSP_LEVEL_M, XSP_KIND_MODEL, "Net", 3, "Net", 3, 1, 0, 0);        /* 0 */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, "fc", 2, "Linear", 6, 2, 5, 0);     /* 1 */
+    xsp_rec_end(2, 0);
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_MODULE, "act", 3, "ReLU", 4, 3, -1, 0);     /* 2 */
+    xsp_rec_end(3, 0);
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_SCOPE, "s", 1, NULL, 0, 4, 9, 0);           /* 3 */
+    xsp_rec_end(4, 0);
+    xsp_rec_end(1, 0);
+    xsp_trace *t = stop();
+    xsp_clock_set_fake(0, 0);
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 4);
+    CHECK_EQ_U(span_attr_int(t, 0, "site", -1), 0);
+    CHECK_EQ_U(span_attr_int(t, 1, "site", -1), 5);
+    CHECK_EQ_U(t->spans[1].attr_n, 2);                  /* type, site */
+    CHECK_EQ_U(span_attr_int(t, 2, "site", -1), (uint64_t)-1);
+    CHECK_EQ_U(t->spans[2].attr_n, 1);                  /* type only */
+    CHECK_EQ_U(t->spans[3].attr_n, 0);
+    xsp_trace_free(t);
+}
+
+/* with_stack: a record_function scope begun in one Python frame (its __enter__) and ended in
+ * another (its __exit__) crosses the python spans: each end closes its span alone, at the
+ * start of the span above it, which moves to its parent; nothing is forced or unmatched.  Without python spans an
+ * outer end still forces the inner ones (test_forced_and_open). */
+static void test_python_spans_cross(void)
+{
+    xsp_clock_set_fake(0, 1);
+    char err[256];
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);                        /* 0 */
+    begin(XSP_KIND_REGION, "r", 1);                                          /* 1 */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_PYTHON, "enter", 5, NULL, 0, 10, -1, 0);  /* 2 */
+    begin(XSP_KIND_SCOPE, "scope", 20);                                      /* 3 */
+    xsp_rec_end(10, 0);                     /* 4: __enter__ returns, the scope stays open */
+    begin(XSP_KIND_OP, "a", 40);                                             /* 5 */
+    xsp_rec_end(40, 0);                                                      /* 6 */
+    xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_PYTHON, "exit", 4, NULL, 0, 30, -1, 0);   /* 7 */
+    xsp_rec_end(20, 0);                     /* 8: the scope ends inside __exit__ */
+    xsp_rec_end(30, 0);                                                      /* 9 */
+    xsp_rec_end(1, 0);                                                       /* 10 */
+    xsp_trace *t = stop();
+    xsp_clock_set_fake(0, 0);
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 5);
+    static const char *names[] = {"r", "enter", "scope", "a", "exit"};
+    static const uint32_t parents[] = {XSP_NO_PARENT, 0, 0, 2, 0};
+    /* each crossing span ends where the one it crossed begins: enter at the scope's start,
+     * the scope at exit's */
+    static const uint64_t starts[] = {1, 2, 3, 5, 7}, ends[] = {10, 3, 7, 6, 9};
+    for (uint32_t i = 0; i < 5; i++) {
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
+        CHECK_EQ_U(t->spans[i].parent, parents[i]);
+        CHECK_EQ_U(t->spans[i].start_ns, starts[i]);
+        CHECK_EQ_U(t->spans[i].end_ns, ends[i]);
+        CHECK_EQ_U(t->spans[i].flags, 0);
+    }
+    CHECK_EQ_U(t->spans[1].kind, XSP_KIND_PYTHON);
+    CHECK_EQ_U(xsp_trace_counter(t, "forced_end"), 0);
+    CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 0);
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    xsp_trace_free(t);
+}
+
 int main(void)
 {
     test_name_cache();
@@ -909,5 +982,7 @@ int main(void)
     test_inactive();
     test_trace_check();
     test_add_span_attrs();
+    test_module_site();
+    test_python_spans_cross();
     return CHECK_DONE();
 }

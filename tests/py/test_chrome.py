@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import sys
 import threading
 from decimal import Decimal
 
@@ -78,14 +79,17 @@ def test_tiny_trace_exact(fake_clock, tmp_path):
     add(a, a)
     fake_clock(1000, 10)
     with xsp.profile(name="réGion") as prof:
-        add(a, a)
+        add(a, a); line = sys._getframe().f_lineno  # noqa: E702 -- the call's line
     # region 1010-1080, model 1030-1060, add 1040-1050: relative to the first start (1010)
+    fwd = models.Add.forward.__code__
     xs = _check_export(prof.trace, str(tmp_path / "t.json"))
     tid = main_tid()
     assert [(e["name"], e["cat"], e["tid"], e["ts"], e["dur"], e["args"]) for e in xs] == [
         ("réGion", "M.region", tid, Decimal("0.000"), Decimal("0.070"), {"id": 0}),
         ("Add", "M.model", tid, Decimal("0.020"), Decimal("0.030"),
-         {"type": "Add", "id": 1, "parent": 0}),
+         {"type": "Add", "source": "%s:%d" % (fwd.co_filename, fwd.co_firstlineno),
+          "call_site": "%s:%d" % (sys._getframe().f_code.co_filename, line), "id": 1,
+          "parent": 0}),
         ("aten::add", "L.op", tid, Decimal("0.030"), Decimal("0.010"),
          {"seq": prof.trace[2].attrs["seq"], "id": 2, "parent": 1}),
     ]

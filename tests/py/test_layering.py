@@ -22,6 +22,9 @@ LAYERS = {
     # small modules that import no other xsp module
     "_core": 0, "_torch": 0, "_bench": 0, "_util": 0, "_version": 0, "errors": 0, "levels": 0,
     "models": 0,
+    # peaks measures the machine's FLOP/s and bandwidth for the roofline (torch inside its
+    # functions; it imports only _util)
+    "peaks": 0,
     # kineto reads and writes Kineto's JSON with the C core only (trace.py uses it for
     # Trace.to_kineto and load_kineto; it takes a Trace by duck typing)
     "kineto": 0,
@@ -29,6 +32,13 @@ LAYERS = {
     "trace": 1,
     # L2: analyses and exporters, over the public API of Trace and Span
     "analysis": 2, "chrome": 2, "compare": 2,
+    # flops: FLOPs and bytes per op, layer, step and model from the op input attributes
+    "flops": 2,
+    # memory: memory per op and layer, the memory timeline (profile_memory)
+    "memory": 2,
+    # compiled: torch.compile's compilations as spans (Dynamo's callbacks, which profiler
+    # installs) and the source modules of compiled code; reads traces by the public API
+    "compiled": 2,
     # distributed: clock samples (profiler calls them), merging ranks, analyses across ranks
     "distributed": 2,
     # otlp builds OpenTelemetry spans from a Trace (the SDK is imported inside its functions)
@@ -47,14 +57,14 @@ LAYERS = {
 }
 # imports allowed within one layer (the graph must still have no cycle): errors re-exports the
 # exception classes the C core defines; measure runs profiles; comparing two runs compares
-# their analyses; the entry points use the package
-SAME_LAYER = {("errors", "_core"), ("kineto", "_core"), ("kineto", "_util"),
-              ("leveled", "profiler"), ("compare", "analysis"),
+# their analyses; the roofline reads xsp.flops' op costs; the entry points use the package
+SAME_LAYER = {("errors", "_core"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
+              ("leveled", "profiler"), ("compare", "analysis"), ("analysis", "flops"),
               ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli")}
 # the modules above the data layer that must not touch a Trace's or Span's private members
 # (profiler.py builds the Trace and is checked by the layer rule only)
 PUBLIC_API_ONLY = ("analysis", "chrome", "otlp", "compare", "_html", "report", "leveled", "cli",
-                   "demo")
+                   "demo", "flops", "memory", "compiled")
 
 
 def _sources():

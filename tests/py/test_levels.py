@@ -1,4 +1,6 @@
 """Level letters (xsp.parse_levels, xsp.profile(levels=...)) and what each level records."""
+import inspect
+
 import pytest
 import torch
 
@@ -65,9 +67,14 @@ def test_level_M_records_region_and_model_spans_only():
     models.fwd(model, x)
     trace = profiled(models.fwd, model, x, levels="M")
     check_tree(trace)
+    fwd, call = models.TinyCNN.forward.__code__, models.fwd.__code__
+    lines, first = inspect.getsourcelines(models.fwd)
+    line, = [first + k for k, ln in enumerate(lines) if "model(x)" in ln]
     assert [(s.id, s.parent, s.level, s.kind, s.name, s.attrs) for s in trace] == [
         (0, None, "M", "region", "xsp.profile", {}),
-        (1, 0, "M", "model", "TinyCNN", {"type": "TinyCNN"}),
+        (1, 0, "M", "model", "TinyCNN", {
+            "type": "TinyCNN", "source": "%s:%d" % (fwd.co_filename, fwd.co_firstlineno),
+            "call_site": "%s:%d" % (call.co_filename, line)}),
     ]
     assert trace.meta["levels"] == "M"
 

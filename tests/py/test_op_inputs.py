@@ -306,3 +306,59 @@ def test_memory_analyses_exact():
     assert not M.has_memory(plain.trace)
     with pytest.raises(ValueError, match="profile_memory=True"):
         M.layers(plain.trace)
+
+
+def test_op_table_by_shape_groups_as_key_averages():
+    """analysis.ops(by_shape=True) groups by input_dims as torch's
+    key_averages(group_by_input_shape=True) groups by Input Dims: the same calls per (name,
+    shapes), on a forward (every op inside the model call, xsp's iteration)."""
+    import xsp.analysis as A
+    model, x = CASES["cnn"]
+    model(x)
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        model(x)
+    theirs = {(e.key, str(e.input_shapes)): e.count
+              for e in p.key_averages(group_by_input_shape=True)}
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        model(x)
+    df = A.ops(prof.trace, by_shape=True)
+    ours = {(r.name, str(json.loads(r.shapes))): r.calls for r in df.itertuples()}
+    assert ours == theirs
+
+
+def test_memory_plot_and_report_section():
+    from xsp import _html
+    rows = [{"time_ns": 100, "start_ns": 0, "total_bytes": 1024, "peak_bytes": 2048,
+             "name": "aten::a"},
+            {"time_ns": 300, "start_ns": 200, "total_bytes": 512, "peak_bytes": 512,
+             "name": "aten::b<"}]
+    svg = _html.memory_svg(rows, notes=["n1"])
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count("<circle") == 1                       # b's peak is its total: no dot
+    assert "aten::a: peak 2 KiB inside it, 1 KiB after" in svg
+    assert "peak 2 KiB (aten::a)" in svg and ">n1</text>" in svg
+    assert "no memory events on cuda" in _html.memory_svg([], device="cuda")
+    with pytest.raises(ValueError, match="at least 400 x 160"):
+        _html.memory_svg(rows, width=100)
+    model, x = CASES["mlp"]
+    with xsp.profile(levels="ML", profile_memory=True) as prof:
+        _step(model, x)
+    doc = xsp.report.html_fragment(prof.trace)
+    i = doc.index("<h3>Memory</h3>")
+    assert "cpu: " in doc[i:] and '<svg xmlns="http://www.w3.org/2000/svg" class="xsp-memory"' \
+        in doc[i:]
+    with xsp.profile(levels="ML") as plain:
+        _step(model, x)
+    assert "<h3>Memory</h3>" not in xsp.report.html_fragment(plain.trace)
+
+
+def test_torch_profiler_inside_profile_memory_is_refused_by_torch():
+    """The thread's profiler slot is ours while profile_memory records: torch.profiler refuses
+    to start there (its own error), and works again after the profile."""
+    with xsp.profile(levels="L", profile_memory=True):
+        with pytest.raises(RuntimeError, match="Profiler is already enabled on this thread"):
+            with torch_profile(activities=[ProfilerActivity.CPU]):
+                pass
+    with torch_profile(activities=[ProfilerActivity.CPU]) as p:
+        torch.ones(2) + 1
+    assert any(e.name == "aten::add" for e in p.events())

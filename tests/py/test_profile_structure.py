@@ -5,6 +5,7 @@ Exact op-level expectations are those of torch 2.13 on CPU (the version this pro
 against); module-level ones do not depend on the torch version.
 """
 import collections
+import inspect
 
 import pytest
 import torch
@@ -143,6 +144,21 @@ def enc_bwd():
 
 
 ALL = ["cnn_fwd", "cnn_bwd", "enc_fwd", "enc_bwd"]
+CALLER = {"cnn_fwd": models.fwd, "cnn_bwd": models.fwd_bwd, "enc_fwd": models.fwd,
+          "enc_bwd": models.fwd_bwd}
+
+
+def _source(cls):
+    """A module span's attribute source: file:line of its class's forward."""
+    code = inspect.unwrap(cls.forward).__code__
+    return "%s:%d" % (code.co_filename, code.co_firstlineno)
+
+
+def _model_call_site(fn):
+    """The model call's attribute call_site: the line of fn that calls model(x)."""
+    lines, first = inspect.getsourcelines(fn)
+    line, = [first + k for k, ln in enumerate(lines) if "model(x)" in ln]
+    return "%s:%d" % (fn.__code__.co_filename, line)
 
 
 @pytest.mark.parametrize("which", ALL)
@@ -171,7 +187,9 @@ def test_region_is_the_single_root_on_the_main_thread(which, request):
 def test_one_model_span_per_top_level_call(which, cls, request):
     model, trace = request.getfixturevalue(which)
     ms = trace.spans(kind="model")
-    assert [(m.name, m.level, m.parent, m.attrs) for m in ms] == [(cls, "M", 0, {"type": cls})]
+    assert [(m.name, m.level, m.parent, m.attrs) for m in ms] == [
+        (cls, "M", 0, {"type": cls, "source": _source(type(model)),
+                       "call_site": _model_call_site(CALLER[which])})]
     # every module span lies under the model span
     for s in trace.spans(kind="module"):
         assert ms[0] in s.ancestors()
@@ -200,9 +218,14 @@ def test_module_spans_have_qualified_names_and_types(which, expected, request):
     model_span = trace.spans(kind="model")[0]
     for s in mods:
         assert s.level == "L"
-        assert s.attrs == {"type": type(named[s.name]).__name__}
+        cls = type(named[s.name])
+        assert s.attrs == {"type": cls.__name__, "source": _source(cls),
+                           "call_site": s.attrs["call_site"]}
         # the parent is the enclosing module (by qualified name) or the model span
         parent = s.parent_span
+        # called from the code of the enclosing module's class (its forward or a helper)
+        outer = type(named[parent.name]) if parent.kind == "module" else type(model)
+        assert s.attrs["call_site"].rsplit(":", 1)[0] == _source(outer).rsplit(":", 1)[0]
         if "." in s.name:
             assert (parent.kind, parent.name) == ("module", s.name.rsplit(".", 1)[0])
         else:

@@ -1,4 +1,6 @@
 """xsp.Trace and xsp.Span: indexing, iteration, navigation, durations, filters, views."""
+import inspect
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,6 +22,21 @@ class Outer(torch.nn.Module):
         return torch.mul(torch.mul(self.inner(a, b), b), b)
 
 
+def call(m, a):
+    """The recorded call of the tiny traces, from one line (their model span's call_site)."""
+    return m(a, a)
+
+
+def _where(fn, text=None):
+    """file:line of fn's first line, or of the line of fn that holds text."""
+    code = fn.__code__
+    if text is None:
+        return "%s:%d" % (code.co_filename, code.co_firstlineno)
+    lines, first = inspect.getsourcelines(fn)
+    line, = [first + k for k, ln in enumerate(lines) if text in ln]
+    return "%s:%d" % (code.co_filename, line)
+
+
 @pytest.fixture
 def tiny(fake_clock):
     """A 6-span trace with exact times (fake clock from 1000, step 10):
@@ -30,7 +47,7 @@ def tiny(fake_clock):
     m(a, a)
     fake_clock(1000, 10)
     with xsp.profile() as prof:
-        m(a, a)
+        call(m, a)
     return prof.trace
 
 
@@ -38,8 +55,11 @@ SEQ = object()   # stands for the ops' autograd sequence number, which depends o
 ROWS = [
     # id, parent, level, kind, name, start, end, duration, self, depth, module, attrs
     (0, None, "M", "region", "xsp.profile", 1010, 1140, 130, 40, 0, None, {}),
-    (1, 0, "M", "model", "Outer", 1030, 1120, 90, 40, 1, "Outer", {"type": "Outer"}),
-    (2, 1, "L", "module", "inner", 1040, 1070, 30, 20, 2, "inner", {"type": "Add"}),
+    (1, 0, "M", "model", "Outer", 1030, 1120, 90, 40, 1, "Outer",
+     {"type": "Outer", "source": _where(Outer.forward), "call_site": _where(call, "m(a, a)")}),
+    (2, 1, "L", "module", "inner", 1040, 1070, 30, 20, 2, "inner",
+     {"type": "Add", "source": _where(models.Add.forward),
+      "call_site": _where(Outer.forward, "self.inner(a, b)")}),
     (3, 2, "L", "op", "aten::add", 1050, 1060, 10, 10, 3, "inner", {"seq": SEQ}),
     (4, 1, "L", "op", "aten::mul", 1080, 1090, 10, 10, 2, "Outer", {"seq": SEQ}),
     (5, 1, "L", "op", "aten::mul", 1100, 1110, 10, 10, 2, "Outer", {"seq": SEQ}),
@@ -163,7 +183,7 @@ def test_to_pandas(tiny):
     df = tiny.to_pandas()
     assert list(df.columns) == ["id", "parent", "level", "kind", "name", "start_ns", "end_ns",
                                 "duration_ns", "self_ns", "thread", "depth", "module",
-                                "flags", "seq", "type"]
+                                "flags", "seq", "type", "source", "call_site"]
     assert len(df) == len(tiny)
     for col in ("id", "parent", "start_ns", "end_ns", "duration_ns", "self_ns", "thread",
                 "flags"):
@@ -233,13 +253,18 @@ def test_equality(tiny, fake_clock):
     m, a = Outer(), torch.ones(2)
     fake_clock(1000, 10)
     with xsp.profile() as prof:
-        m(a, a)
+        call(m, a)
     assert prof.trace == tiny
     # ... and a different name makes it different
     fake_clock(1000, 10)
     with xsp.profile(name="other") as prof2:
-        m(a, a)
+        call(m, a)
     assert prof2.trace != tiny
+    # ... and so does another call site: a call from another line
+    fake_clock(1000, 10)
+    with xsp.profile() as prof3:
+        m(a, a)
+    assert prof3.trace != tiny
 
 
 def test_tree_of_a_subtree(tiny):
@@ -396,7 +421,7 @@ def test_public_span_table_columns(tiny):
     assert [tiny.attrs_of(i) for i in range(6)] == [r[11] for r in rows]
     a = tiny.attrs_of(1)
     a["type"] = "changed"                      # a new dict each time
-    assert tiny.attrs_of(1) == {"type": "Outer"} and tiny[1].attrs == {"type": "Outer"}
+    assert tiny.attrs_of(1) == rows[1][11] and tiny[1].attrs == rows[1][11]
     ids, values = tiny.attr_column("type")
     assert ids.dtype == np.int64 and ids.tolist() == [1, 2] and values == ["Outer", "Add"]
     ids, values = tiny.attr_column("seq")

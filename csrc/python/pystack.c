@@ -1,0 +1,406 @@
+/*
+ * pystack.c: xsp._core.PyStack, the Python function calls of a with_stack=True profile as
+ * spans of kind "python" (pystack.h).
+ *
+ * What it is for: torch.profiler's with_stack gives each op the Python call stack it ran
+ * under.  Here every Python function call inside the profile becomes a span (level L, kind
+ * python, named as torch.profiler names its python_function events, "file(line): name" with
+ * the function's first line), begun at the call and ended at the return, on the thread that
+ * ran it; the ops, modules and scopes begun inside it nest under it, so an op's stack is its
+ * python ancestors (Trace.stack_of) and the Kineto export writes them as python_function
+ * events.  Functions of xsp's own package (skip, a co_filename prefix) are not recorded, nor
+ * anything they call (a per-thread count of the open calls of xsp's code, belonging to one
+ * PyStack: the bookkeeping of the module wrapper's rare paths, named_modules() and the like,
+ * is xsp's, not the program's).
+ *
+ * How: a C profile function (PyEval_SetProfile), the cheapest hook CPython 3.11 offers: it is
+ * called for every Python call and return (C calls are ignored: the ops record themselves).
+ * Per event: the frame's code object, a probe of a table code -> name (made once per code
+ * object, kept, with a strong reference to the code, as long as the PyStack: the core reads
+ * a name passed as stable without comparing it again, csrc/core/recorder.h), and the core's
+ * op entry with the frame object's address as the key (bit 54 set: never a module span's
+ * key, bit 55, and an object alive at the call is alive at its return, so keys pair up).
+ * CPython makes a frame object for every frame a profile function sees; that, and the call
+ * into the hook, is most of the cost (docs/performance.md, "with_stack").
+ *
+ * Threads: start installs the function on the calling thread and sets threading's profile
+ * hook (the attribute threading.setprofile sets; stored directly, so no Python code runs) to
+ * this object, whose call, the first event of each thread started from then on, installs the
+ * C function on that thread.  Threads already running at start are not traced (CPython 3.11
+ * can install a profile function only on the calling thread).  Stop removes it from the
+ * calling thread and puts the hook back; on other threads it removes itself at its next event
+ * (on is 0), recording nothing more.  A profile function already installed (sys.setprofile:
+ * cProfile, a debugger) makes start refuse rather than replace it.
+ */
+#include "pystack.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/recorder.h"
+
+#define FRAME_KEY_BIT (UINT64_C(1) << 54)
+
+typedef struct entry {
+    PyObject *code;             /* the code object (strong) */
+    char *name;                 /* "file(line): name", NUL-terminated (owned), or NULL: not
+                                 * recorded (xsp's own code) */
+} entry;
+
+typedef struct {
+    PyObject_HEAD
+    entry *v;                   /* the code objects seen, by index; owned */
+    uint32_t n;                 /* entries used */
+    uint32_t cap;               /* capacity of v */
+    uint32_t *slots;            /* hash slots: index + 1, 0 = empty; owned; never NULL */
+    uint32_t mask;              /* slots - 1 (a power of two), kept at least twice n */
+    PyObject *skip;             /* str: the co_filename prefix not recorded (strong) */
+    PyObject *threading;        /* the threading module while started (strong), or NULL */
+    PyObject *hook_prev;        /* threading._profile_hook found at start (strong), or NULL */
+    _Atomic int on;             /* 1 from start to stop */
+    uint64_t serial;            /* identifies the per-thread skip count made for this one */
+#ifdef Py_GIL_DISABLED
+    PyMutex lock;               /* protects v, n, cap, slots, mask */
+#endif
+} PyStackObject;
+
+#ifdef Py_GIL_DISABLED
+#define LOCK(s) PyMutex_Lock(&(s)->lock)
+#define UNLOCK(s) PyMutex_Unlock(&(s)->lock)
+#else
+#define LOCK(s) ((void)0)       /* the GIL: a lookup runs no Python code */
+#define UNLOCK(s) ((void)0)
+#endif
+
+static char unknown_name[] = "?";    /* a name that could not be made (out of memory) */
+static _Atomic uint64_t next_serial = 1;    /* serials of PyStack objects */
+
+/* Per thread, written only by its thread: the open calls of skipped code (xsp's own) on it,
+ * counted for the PyStack whose serial is tls_serial (another one's count starts at 0). */
+static _Thread_local uint64_t tls_serial;
+static _Thread_local long tls_skip;
+
+static uint64_t code_hash(const void *code)
+{
+    uint64_t h = (uint64_t)(uintptr_t)code * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+/* The UTF-8 of str o (borrowed from o), or NULL (not a str, not encodable: no exception
+ * left set). */
+static const char *utf8(PyObject *o, Py_ssize_t *len)
+{
+    const char *s = o && PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, len) : NULL;
+    if (!s)
+        PyErr_Clear();
+    return s;
+}
+
+/* The name of code c's spans (malloc'd; unknown_name without memory), or NULL when c is
+ * xsp's own (its file under skip). */
+static char *make_name(PyStackObject *s, PyCodeObject *c)
+{
+    Py_ssize_t nf = 0, nn = 0, np = 0;
+    const char *file = utf8(c->co_filename, &nf), *name = utf8(c->co_name, &nn);
+    const char *prefix = utf8(s->skip, &np);
+    if (file && prefix && np > 0 && nf >= np && memcmp(file, prefix, (size_t)np) == 0)
+        return NULL;
+    size_t len = (size_t)(file ? nf : 1) + (size_t)(name ? nn : 1) + 32;
+    char *buf = malloc(len);
+    if (!buf)
+        return unknown_name;
+    snprintf(buf, len, "%s(%d): %s", file ? file : "?", c->co_firstlineno, name ? name : "?");
+    return buf;
+}
+
+static int grow(PyStackObject *s)
+{
+    uint32_t nslots = (s->mask + 1) * 2;
+    uint32_t *slots = calloc(nslots, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t j = (uint32_t)code_hash(s->v[i].code) & (nslots - 1);
+        while (slots[j])
+            j = (j + 1) & (nslots - 1);
+        slots[j] = i + 1;
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->mask = nslots - 1;
+    return 0;
+}
+
+/* The name spans of code c get, NULL when c is not recorded; made and kept on first sight
+ * ("?" when there is no memory for it: the call is still recorded).  Runs no Python code. */
+static const char *name_of(PyStackObject *s, PyCodeObject *c)
+{
+    const char *name;
+    LOCK(s);
+    uint32_t j = (uint32_t)code_hash(c) & s->mask;
+    for (uint32_t k; (k = s->slots[j]) != 0; j = (j + 1) & s->mask)
+        if (s->v[k - 1].code == (PyObject *)c) {
+            name = s->v[k - 1].name;
+            UNLOCK(s);
+            return name;
+        }
+    char *made = make_name(s, c);
+    if (s->n == s->cap) {
+        uint32_t cap = s->cap ? 2 * s->cap : 64;
+        entry *v = cap > s->cap ? realloc(s->v, (size_t)cap * sizeof *v) : NULL;
+        if (!v) {
+            UNLOCK(s);
+            if (made != unknown_name)
+                free(made);
+            return made ? unknown_name : NULL;   /* not kept: looked up again next time */
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    if (2 * ((uint64_t)s->n + 1) > (uint64_t)s->mask + 1) {
+        if (grow(s) != 0) {
+            UNLOCK(s);
+            if (made != unknown_name)
+                free(made);
+            return made ? unknown_name : NULL;
+        }
+        j = (uint32_t)code_hash(c) & s->mask;
+        while (s->slots[j])
+            j = (j + 1) & s->mask;
+    }
+    s->v[s->n] = (entry){.code = Py_NewRef((PyObject *)c), .name = made};
+    s->slots[j] = ++s->n;
+    UNLOCK(s);
+    return made;
+}
+
+/* The profile function.  Never fails, never raises. */
+static int prof_cb(PyObject *obj, PyFrameObject *f, int what, PyObject *arg)
+{
+    (void)arg;
+    if (what != PyTrace_CALL && what != PyTrace_RETURN)
+        return 0;
+    PyStackObject *s = (PyStackObject *)obj;
+    if (!atomic_load_explicit(&s->on, memory_order_relaxed)) {
+        PyEval_SetProfile(NULL, NULL);   /* stopped: this thread lets go (may free s) */
+        return 0;
+    }
+    PyCodeObject *code = PyFrame_GetCode(f);   /* new reference; the frame keeps one */
+    Py_DECREF(code);
+    const char *name = name_of(s, code);
+    if (tls_serial != s->serial) {
+        tls_serial = s->serial;
+        tls_skip = 0;
+    }
+    if (!name) {                /* xsp's own code: neither it nor what it calls */
+        if (what == PyTrace_CALL)
+            tls_skip++;
+        else if (tls_skip > 0)  /* (a return from a call made before start: none counted) */
+            tls_skip--;
+        return 0;
+    }
+    if (tls_skip > 0)
+        return 0;
+    uint64_t key = (uint64_t)(uintptr_t)f | FRAME_KEY_BIT;
+    if (what == PyTrace_CALL)
+        xsp_rec_begin_l(XSP_KIND_PYTHON | XSP_NAME_STABLE, name, key, -1, 0);
+    else
+        xsp_rec_end_l(key);
+    return 0;
+}
+
+/* __call__(frame, event, arg): threading's profile hook in a thread started while recording
+ * (its first event, "call" of Thread.run): installs the C function on the thread and records
+ * the event. */
+static PyObject *ps_call(PyObject *op, PyObject *args, PyObject *kw)
+{
+    PyObject *frame, *event, *arg;
+    if ((kw && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(args, "OOO", &frame, &event, &arg))
+        return kw && PyDict_GET_SIZE(kw) ? PyErr_Format(PyExc_TypeError, "no keywords") : NULL;
+    PyStackObject *s = (PyStackObject *)op;
+    if (!atomic_load_explicit(&s->on, memory_order_relaxed)) {
+        PyEval_SetProfile(NULL, NULL);
+        Py_RETURN_NONE;
+    }
+    PyEval_SetProfile(prof_cb, op);
+    if (PyFrame_Check(frame) && PyUnicode_Check(event)) {
+        if (PyUnicode_CompareWithASCIIString(event, "call") == 0)
+            prof_cb(op, (PyFrameObject *)frame, PyTrace_CALL, arg);
+        else if (PyUnicode_CompareWithASCIIString(event, "return") == 0)
+            prof_cb(op, (PyFrameObject *)frame, PyTrace_RETURN, arg);
+    }
+    Py_RETURN_NONE;
+}
+
+/* threading's dict (borrowed from the module, which *mod then holds: a new reference), or
+ * NULL when threading is not imported (no thread can be started through it then). */
+static PyObject *threading_dict(PyObject **mod)
+{
+    PyObject *name = PyUnicode_FromString("threading");
+    *mod = name ? PyImport_GetModule(name) : NULL;   /* no import: no Python code */
+    Py_XDECREF(name);
+    PyErr_Clear();
+    PyObject *d = *mod && PyModule_Check(*mod) ? PyModule_GetDict(*mod) : NULL;
+    if (!d) {
+        Py_CLEAR(*mod);
+        PyErr_Clear();
+    }
+    return d;
+}
+
+int xsp_pystack_start(PyObject *o, char *err, size_t errlen)
+{
+    PyStackObject *s = (PyStackObject *)o;
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_profilefunc != NULL) {
+        snprintf(err, errlen, "with_stack: a profile function is already installed on this "
+                 "thread (sys.setprofile: cProfile, a debugger or another profiler); remove it "
+                 "first");
+        return -1;
+    }
+    PyObject *mod = NULL, *d = threading_dict(&mod);
+    if (d) {
+        Py_XSETREF(s->hook_prev, Py_XNewRef(PyDict_GetItemString(d, "_profile_hook")));
+        if (PyDict_SetItemString(d, "_profile_hook", o) < 0) {
+            PyErr_Clear();
+            Py_DECREF(mod);
+            snprintf(err, errlen, "with_stack: out of memory");
+            return -1;
+        }
+    }
+    Py_XSETREF(s->threading, mod);
+    atomic_store_explicit(&s->on, 1, memory_order_relaxed);
+    PyEval_SetProfile(prof_cb, o);
+    PyErr_Clear();
+    return 0;
+}
+
+void xsp_pystack_stop(PyObject *o, char *err, size_t errlen)
+{
+    PyStackObject *s = (PyStackObject *)o;
+    atomic_store_explicit(&s->on, 0, memory_order_relaxed);
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_profilefunc == prof_cb && ts->c_profileobj == o)
+        PyEval_SetProfile(NULL, NULL);
+    if (s->threading) {
+        PyObject *d = PyModule_GetDict(s->threading);
+        if (d && PyDict_GetItemString(d, "_profile_hook") == o
+            && PyDict_SetItemString(d, "_profile_hook", s->hook_prev ? s->hook_prev
+                                                                    : Py_None) < 0)
+            snprintf(err, errlen, "with_stack: threading's profile hook could not be put "
+                     "back");
+    }
+    Py_CLEAR(s->hook_prev);
+    Py_CLEAR(s->threading);
+    PyErr_Clear();
+}
+
+/* -- the type --------------------------------------------------------------------------------- */
+
+/* PyStack(skip): skip, a str, the co_filename prefix of the code not recorded. */
+static PyObject *ps_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    PyObject *skip;
+    if ((kw && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(args, "U:PyStack", &skip))
+        return kw && PyDict_GET_SIZE(kw)
+                   ? PyErr_Format(PyExc_TypeError, "PyStack takes no keyword arguments")
+                   : NULL;
+    PyStackObject *s = (PyStackObject *)tp->tp_alloc(tp, 0);
+    if (!s)
+        return NULL;
+    s->slots = calloc(128, sizeof *s->slots);
+    s->mask = 127;
+    s->skip = Py_NewRef(skip);
+    s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
+    if (!s->slots) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)s;
+}
+
+static int ps_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    PyStackObject *s = (PyStackObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    for (uint32_t i = 0; i < s->n; i++)
+        Py_VISIT(s->v[i].code);
+    Py_VISIT(s->threading);
+    Py_VISIT(s->hook_prev);
+    return 0;
+}
+
+static int ps_clear(PyObject *op)
+{
+    PyStackObject *s = (PyStackObject *)op;
+    uint32_t n = s->n;
+    s->n = 0;                           /* first: what a finaliser below looks up is new */
+    if (s->slots)
+        memset(s->slots, 0, ((size_t)s->mask + 1) * sizeof *s->slots);
+    for (uint32_t i = 0; i < n; i++) {
+        Py_CLEAR(s->v[i].code);
+        if (s->v[i].name != unknown_name)
+            free(s->v[i].name);
+        s->v[i].name = NULL;
+    }
+    Py_CLEAR(s->threading);
+    Py_CLEAR(s->hook_prev);
+    return 0;
+}
+
+static void ps_dealloc(PyObject *op)
+{
+    PyStackObject *s = (PyStackObject *)op;
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    ps_clear(op);
+    free(s->v);
+    free(s->slots);
+    Py_XDECREF(s->skip);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+int xsp_pystack_is(PyObject *o)
+{
+    return Py_TYPE(o)->tp_dealloc == ps_dealloc;
+}
+
+static PyObject *ps_get_on(PyObject *op, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(atomic_load_explicit(&((PyStackObject *)op)->on,
+                                                memory_order_relaxed));
+}
+
+static Py_ssize_t ps_len(PyObject *op)
+{
+    return ((PyStackObject *)op)->n;
+}
+
+static PyGetSetDef ps_getset[] = {
+    {"on", ps_get_on, NULL, "True from the session's start to its stop", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot ps_slots[] = {
+    {Py_tp_new, ps_new},
+    {Py_tp_dealloc, ps_dealloc},
+    {Py_tp_traverse, ps_traverse},
+    {Py_tp_clear, ps_clear},
+    {Py_tp_call, ps_call},
+    {Py_tp_getset, ps_getset},
+    {Py_sq_length, ps_len},
+    {Py_tp_doc, "PyStack(skip): with_stack's Python function spans (see pystack.c); "
+                "len() is the number of code objects seen."},
+    {0, NULL},
+};
+
+PyType_Spec xsp_pystack_spec = {
+    .name = "xsp._core.PyStack",
+    .basicsize = sizeof(PyStackObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = ps_slots,
+};
