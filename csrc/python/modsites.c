@@ -32,6 +32,7 @@
  * gives -1 (no attributes for that span), counted and reported at the next attach as the
  * trace counter "source.lost".
  */
+#include "pyexc.h"
 #include "modsites.h"
 
 #include <stdio.h>
@@ -89,36 +90,6 @@ static PyObject *type_dict(PyTypeObject *tp)
     return d;
 #else
     return tp->tp_dict;
-#endif
-}
-
-/* The exception set, taken out, or NULL; give_exc(e) puts it back (NULL: nothing). */
-static PyObject *take_exc(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    if (!t)
-        return NULL;
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb && v)
-        PyException_SetTraceback(v, tb);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    return v;
-#endif
-}
-
-static void give_exc(PyObject *exc)
-{
-    if (!exc)
-        return;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
 #endif
 }
 
@@ -238,9 +209,9 @@ int64_t xsp_sites_lookup(PyObject *o, PyFrameObject *f, PyTypeObject *tp)
     /* a new site: its forward first, outside the table's critical part (the allocations in
      * there may run the collector, and a finaliser may call a module: it finds the table
      * consistent), then probed again and stored */
-    PyObject *exc = take_exc();
+    PyObject *exc = xsp_take_exc();
     PyObject *fwd = forward_code(s, tp);
-    give_exc(exc);
+    xsp_give_exc(exc);
     LOCK(s);
     idx = probe(s, (PyObject *)code, lasti, tp, h, &j);
     if (idx >= 0)

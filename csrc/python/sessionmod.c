@@ -46,6 +46,7 @@
  * recording or between cycles), protected by g_lock (the module declares it does not need the
  * GIL).
  */
+#include "pyexc.h"
 #include "sessionmod.h"
 
 #include <pthread.h>
@@ -120,34 +121,6 @@ static xsp_core_state *state_of(PyObject *self)
 
 /* -- exceptions as values ------------------------------------------------------------------ */
 
-/* The exception set, taken out (normalised, with its traceback), or NULL when none is set. */
-static PyObject *take_exc(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    if (!t)
-        return NULL;
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb && v)
-        PyException_SetTraceback(v, tb);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    return v;
-#endif
-}
-
-/* Raises exc (stolen). */
-static void give_exc(PyObject *exc)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
-#endif
-}
 
 /* "Type: message" of exc into buf (NUL-terminated). */
 static void exc_text(PyObject *exc, char *buf, size_t len)
@@ -167,7 +140,7 @@ static void exc_text(PyObject *exc, char *buf, size_t len)
  * cleared; anything else is kept in self->pending (the first one; later ones are dropped). */
 static void absorb(SessionObject *self, char *err, size_t errlen)
 {
-    PyObject *exc = take_exc();
+    PyObject *exc = xsp_take_exc();
     if (!exc)
         return;
     if (PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_Exception)) {
@@ -232,7 +205,7 @@ static int modules_start(void *ctx, char *err, size_t errlen)
         goto fail;
     return 0;
 fail:;
-    PyObject *exc = take_exc();
+    PyObject *exc = xsp_take_exc();
     exc_text(exc, err, errlen);
     Py_XDECREF(exc);
     if (xsp_modulecall_is(self->wrapper))
@@ -244,7 +217,7 @@ static void modules_stop(void *ctx, char *err, size_t errlen)
 {
     SessionObject *self = ctx;
     if (unwrap(self) < 0) {
-        PyObject *exc = take_exc();
+        PyObject *exc = xsp_take_exc();
         exc_text(exc, err, errlen);
         Py_XDECREF(exc);
     }
@@ -451,7 +424,7 @@ static int session_start(SessionObject *self)
 fail:
     if (self->pending) {    /* no callout runs at start; should one ever, its interrupt wins */
         PyErr_Clear();
-        give_exc(self->pending);
+        xsp_give_exc(self->pending);
         self->pending = NULL;
     }
     pthread_mutex_lock(&g_lock);
@@ -544,7 +517,7 @@ static void go_inert(SessionObject *self)
  * stays its own). */
 static void warn_forked(SessionObject *self)
 {
-    PyObject *exc = take_exc();
+    PyObject *exc = xsp_take_exc();
     if (!self->forked)
         go_inert(self);
     xsp_core_state *st = state_of((PyObject *)self);
@@ -557,7 +530,7 @@ static void warn_forked(SessionObject *self)
     }
     PyErr_Clear();
     if (exc)
-        give_exc(exc);
+        xsp_give_exc(exc);
 }
 
 /* 1 in a forked child whose parent was recording this profile at the fork: the at-fork
@@ -596,7 +569,7 @@ static int lost(SessionObject *self, xsp_core_state *st, const char *why)
     Py_XDECREF(r);
     Py_XDECREF(note);
     PyErr_Clear();
-    give_exc(self->pending);
+    xsp_give_exc(self->pending);
     self->pending = NULL;
     return -1;
 }
@@ -633,7 +606,7 @@ static void defer_lost(SessionObject *self, xsp_core_state *st, const char *why)
     snprintf(what, sizeof what, "cycle %llu of the schedule: %s", (unsigned long long)self->cyc,
              why);
     lost(self, st, what);
-    self->pending = take_exc();
+    self->pending = xsp_take_exc();
 }
 
 /* Keeps exc (stolen; NULL: nothing) in self->pending to raise once the profile is consistent;
@@ -723,7 +696,7 @@ static int end_cycle(SessionObject *self, xsp_core_state *st, PyObject *block_ex
     }
     Py_XSETREF(self->data, d);
     if (self->traces && PyList_Append(self->traces, d) < 0)
-        defer(self, take_exc());
+        defer(self, xsp_take_exc());
     return 1;
 }
 
@@ -736,7 +709,7 @@ static void call_ready(SessionObject *self)
     if (r)
         Py_DECREF(r);
     else
-        defer(self, take_exc());
+        defer(self, xsp_take_exc());
 }
 
 /* Raises self->pending, if any: -1, else 0. */
@@ -745,7 +718,7 @@ static int raise_pending(SessionObject *self)
     if (!self->pending)
         return 0;
     PyErr_Clear();
-    give_exc(self->pending);
+    xsp_give_exc(self->pending);
     self->pending = NULL;
     return -1;
 }
@@ -769,7 +742,7 @@ static int sched_step(SessionObject *self, xsp_core_state *st)
     if (ready)
         call_ready(self);
     if (xsp_schedule_starts(&self->sched, self->step_no) && start_cycle(self) < 0)
-        defer(self, take_exc());
+        defer(self, xsp_take_exc());
     self->busy = 0;
     return raise_pending(self);
 }
@@ -851,7 +824,7 @@ static int session_stop(SessionObject *self, PyObject *block_exc)
         return lost(self, st, "out of memory");
     }
     if (self->pending) {
-        give_exc(self->pending);
+        xsp_give_exc(self->pending);
         self->pending = NULL;
         return -1;
     }
