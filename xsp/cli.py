@@ -50,7 +50,13 @@ def _parser():
     r.add_argument("--gpu-fallback", action="store_true",
                    help="record M and L when G is unavailable, instead of failing")
     r.add_argument("--record-shapes", action="store_true",
-                   help="record each layer call's input shapes")
+                   help="record each op's inputs (shapes, dtypes, scalars: torch.profiler's "
+                        "record_shapes) and each layer call's input shapes; FLOPs, bytes and "
+                        "the roofline come from them")
+    r.add_argument("--profile-memory", action="store_true",
+                   help="record the allocations PyTorch reports, per op and layer")
+    r.add_argument("--with-stack", action="store_true",
+                   help="record Python calls as spans: each op's Python stack")
     r.add_argument("--model", metavar="CLASS[,CLASS...]",
                    help="the model's class name(s) (or module.Class): only top-level calls of "
                         "it are model calls, any other top-level call is a layer under the "
@@ -213,7 +219,9 @@ def _run(ns):
     try:
         try:
             prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
-                               record_shapes=ns.record_shapes, model=models, schedule=sched,
+                               record_shapes=ns.record_shapes,
+                               profile_memory=ns.profile_memory, with_stack=ns.with_stack,
+                               model=models, schedule=sched,
                                on_trace_ready=cycles)
         except xsp.ProfilerError as exc:        # G unavailable, a session already active
             raise _Fail(str(exc).replace("pass gpu_fallback=True", "pass --gpu-fallback")

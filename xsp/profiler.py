@@ -271,6 +271,20 @@ class _ModuleCalls:
         return state[0] if state is not None else 0
 
 
+def _passthrough_codes():
+    """with_stack: the code objects of xsp's that run the user's code (the Python module
+    wrapper, measure, xsp run's script runner): not recorded, but what they call is, even when
+    xsp's own code called them (csrc/python/pystack.c)."""
+    codes = [c for c in _ModuleCalls.make.__code__.co_consts
+             if getattr(c, "co_name", None) == "__call__"]
+    for mod, name in (("xsp.leveled", "measure"), ("xsp.cli", "_run_script"),
+                      ("xsp.perf", "_count_memory")):
+        f = getattr(sys.modules.get(mod), name, None)
+        if f is not None and hasattr(f, "__code__"):
+            codes.append(f.__code__)
+    return tuple(codes)
+
+
 TORCH_INPUTS = 1          # XSP_TORCH_INPUTS (csrc/include/xsp_api.h)
 TORCH_MEMORY = 2          # XSP_TORCH_MEMORY
 
@@ -336,8 +350,8 @@ class profile(_core.Session):
         # with_stack: Python function calls as spans of kind "python", xsp's own code left
         # out (csrc/python/pystack.c)
         self.with_stack = bool(with_stack)
-        stack = _core.PyStack(os.path.dirname(os.path.abspath(__file__)) + os.sep) \
-            if with_stack else None
+        stack = _core.PyStack(os.path.dirname(os.path.abspath(__file__)) + os.sep,
+                              _passthrough_codes()) if with_stack else None
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
         if on_trace_ready is not None and (schedule is None or not callable(on_trace_ready)):

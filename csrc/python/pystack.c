@@ -58,6 +58,9 @@ typedef struct {
     uint32_t *slots;            /* hash slots: index + 1, 0 = empty; owned; never NULL */
     uint32_t mask;              /* slots - 1 (a power of two), kept at least twice n */
     PyObject *skip;             /* str: the co_filename prefix not recorded (strong) */
+    PyObject *pass;             /* tuple of the code objects of xsp's that run the user's
+                                 * code (the module wrapper, measure, xsp run): not recorded,
+                                 * but what they call is (strong) */
     PyObject *threading;        /* the threading module while started (strong), or NULL */
     PyObject *hook_prev;        /* threading._profile_hook found at start (strong), or NULL */
     _Atomic int on;             /* 1 from start to stop */
@@ -76,12 +79,18 @@ typedef struct {
 #endif
 
 static char unknown_name[] = "?";    /* a name that could not be made (out of memory) */
+static char pass_name[] = "";        /* the name of a pass-through code object (s->pass) */
 static _Atomic uint64_t next_serial = 1;    /* serials of PyStack objects */
 
 /* Per thread, written only by its thread: the open calls of skipped code (xsp's own) on it,
  * counted for the PyStack whose serial is tls_serial (another one's count starts at 0). */
 static _Thread_local uint64_t tls_serial;
 static _Thread_local long tls_skip;
+/* The skip counts saved by the pass-through calls open on the thread (what they call is
+ * recorded even when they were called from skipped code): a stack, depth tls_npass. */
+#define PASS_DEPTH 32
+static _Thread_local long tls_saved[PASS_DEPTH];
+static _Thread_local int tls_npass;
 
 static uint64_t code_hash(const void *code)
 {
@@ -106,8 +115,12 @@ static char *make_name(PyStackObject *s, PyCodeObject *c)
     Py_ssize_t nf = 0, nn = 0, np = 0;
     const char *file = utf8(c->co_filename, &nf), *name = utf8(c->co_name, &nn);
     const char *prefix = utf8(s->skip, &np);
-    if (file && prefix && np > 0 && nf >= np && memcmp(file, prefix, (size_t)np) == 0)
+    if (file && prefix && np > 0 && nf >= np && memcmp(file, prefix, (size_t)np) == 0) {
+        for (Py_ssize_t i = 0; s->pass && i < PyTuple_GET_SIZE(s->pass); i++)
+            if (PyTuple_GET_ITEM(s->pass, i) == (PyObject *)c)
+                return pass_name;
         return NULL;
+    }
     size_t len = (size_t)(file ? nf : 1) + (size_t)(name ? nn : 1) + 32;
     char *buf = malloc(len);
     if (!buf)
@@ -153,9 +166,10 @@ static const char *name_of(PyStackObject *s, PyCodeObject *c)
         entry *v = cap > s->cap ? realloc(s->v, (size_t)cap * sizeof *v) : NULL;
         if (!v) {
             UNLOCK(s);
-            if (made != unknown_name)
+            if (made != unknown_name && made != pass_name)
                 free(made);
-            return made ? unknown_name : NULL;   /* not kept: looked up again next time */
+            return made == pass_name ? pass_name : made ? unknown_name : NULL;   /* not kept:
+                                                      * looked up again next time */
         }
         s->v = v;
         s->cap = cap;
@@ -163,9 +177,9 @@ static const char *name_of(PyStackObject *s, PyCodeObject *c)
     if (2 * ((uint64_t)s->n + 1) > (uint64_t)s->mask + 1) {
         if (grow(s) != 0) {
             UNLOCK(s);
-            if (made != unknown_name)
+            if (made != unknown_name && made != pass_name)
                 free(made);
-            return made ? unknown_name : NULL;
+            return made == pass_name ? pass_name : made ? unknown_name : NULL;
         }
         j = (uint32_t)code_hash(c) & s->mask;
         while (s->slots[j])
@@ -194,6 +208,20 @@ static int prof_cb(PyObject *obj, PyFrameObject *f, int what, PyObject *arg)
     if (tls_serial != s->serial) {
         tls_serial = s->serial;
         tls_skip = 0;
+        tls_npass = 0;
+    }
+    if (name == pass_name) {    /* xsp's, running the user's code: not it, but its callees */
+        if (what == PyTrace_CALL) {
+            if (tls_npass < PASS_DEPTH)
+                tls_saved[tls_npass] = tls_skip;
+            tls_npass++;
+            tls_skip = 0;
+        } else if (tls_npass > 0) {
+            tls_npass--;
+            if (tls_npass < PASS_DEPTH)
+                tls_skip = tls_saved[tls_npass];
+        }
+        return 0;
     }
     if (!name) {                /* xsp's own code: neither it nor what it calls */
         if (what == PyTrace_CALL)
@@ -300,11 +328,14 @@ void xsp_pystack_stop(PyObject *o, char *err, size_t errlen)
 
 /* -- the type --------------------------------------------------------------------------------- */
 
-/* PyStack(skip): skip, a str, the co_filename prefix of the code not recorded. */
+/* PyStack(skip, passthrough=()): skip, a str, the co_filename prefix of the code not recorded
+ * (nor what it calls); passthrough, a tuple of code objects under skip whose calls are not
+ * recorded but whose callees are. */
 static PyObject *ps_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    PyObject *skip;
-    if ((kw && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(args, "U:PyStack", &skip))
+    PyObject *skip, *pass = NULL;
+    if ((kw && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(args, "U|O!:PyStack", &skip,
+                                                         &PyTuple_Type, &pass))
         return kw && PyDict_GET_SIZE(kw)
                    ? PyErr_Format(PyExc_TypeError, "PyStack takes no keyword arguments")
                    : NULL;
@@ -314,6 +345,7 @@ static PyObject *ps_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     s->slots = calloc(128, sizeof *s->slots);
     s->mask = 127;
     s->skip = Py_NewRef(skip);
+    s->pass = pass ? Py_NewRef(pass) : NULL;
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     if (!s->slots) {
         Py_DECREF(s);
@@ -330,6 +362,7 @@ static int ps_traverse(PyObject *op, visitproc visit, void *arg)
         Py_VISIT(s->v[i].code);
     Py_VISIT(s->threading);
     Py_VISIT(s->hook_prev);
+    Py_VISIT(s->pass);
     return 0;
 }
 
@@ -342,12 +375,13 @@ static int ps_clear(PyObject *op)
         memset(s->slots, 0, ((size_t)s->mask + 1) * sizeof *s->slots);
     for (uint32_t i = 0; i < n; i++) {
         Py_CLEAR(s->v[i].code);
-        if (s->v[i].name != unknown_name)
+        if (s->v[i].name != unknown_name && s->v[i].name != pass_name)
             free(s->v[i].name);
         s->v[i].name = NULL;
     }
     Py_CLEAR(s->threading);
     Py_CLEAR(s->hook_prev);
+    Py_CLEAR(s->pass);
     return 0;
 }
 
@@ -360,6 +394,7 @@ static void ps_dealloc(PyObject *op)
     free(s->v);
     free(s->slots);
     Py_XDECREF(s->skip);
+    Py_XDECREF(s->pass);
     tp->tp_free(op);
     Py_DECREF(tp);
 }

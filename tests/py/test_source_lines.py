@@ -482,3 +482,40 @@ def test_with_stack_and_scopes_that_cross_python_frames():
         kids = [tr[int(c)] for c in tr.children_of(sp.id)]
         assert all(sp.start_ns <= k.start_ns and k.end_ns <= sp.end_ns for k in kids)
         assert all(a.end_ns <= b.start_ns for a, b in zip(kids, kids[1:]))
+
+
+def test_with_stack_records_user_code_that_xsp_calls():
+    """xsp's own frames are left out, not what they run for the user: the forwards called
+    through the Python module wrapper (record_shapes), and fn under xsp.measure.
+    Regression: every call below an xsp frame was skipped, so `xsp run --with-stack` and
+    measure(with_stack=True) recorded no Python span of the user's at all."""
+    net, x = Net(), torch.ones(1, 3)
+    with xsp.profile(levels="ML", with_stack=True, record_shapes=True) as prof:
+        net(x)
+    tr = prof.trace
+    stack = tr.stack_of(tr.spans(kind="op", name="aten::linear")[0])
+    assert [s for s in stack if s.endswith(": forward")] == [
+        frame_name(nn.Linear.forward), frame_name(Block.forward), frame_name(Net.forward)]
+    assert not any("/xsp/" in s.name for s in tr.spans(kind="python"))
+
+
+
+def test_with_stack_under_xsp_run_records_the_script(tmp_path):
+    """xsp run --with-stack: the script's own functions are spans (xsp's runner is left out,
+    not what it runs)."""
+    import subprocess
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text("import torch\n"
+                      "def work(x):\n"
+                      "    return x * 2\n"
+                      "work(torch.ones(2))\n")
+    out = tmp_path / "s.xsp"
+    r = subprocess.run([sys.executable, "-m", "xsp", "run", "-q", "--with-stack", "-o",
+                        str(out), str(script)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    tr = xsp.load(str(out))
+    mul = tr.spans(kind="op", name="aten::mul")
+    assert len(mul) == 1
+    assert tr.stack_of(mul[0])[:2] == ["%s(2): work" % script, "%s(1): <module>" % script]
+    assert not any("/xsp/" in s.name for s in tr.spans(kind="python"))
