@@ -22,6 +22,8 @@ import pandas as pd
 from .trace import Trace, ancestor_count, nearest_ancestor
 
 GPU_WORK = ("kernel", "memcpy", "memset")
+# the names of torch.compile's compile spans (xsp.compiled.COMPILE, RECOMPILE)
+COMPILE_PREFIXES = ("torch.compile: compile ", "torch.compile: recompile ")
 ITERATION_KINDS = ("step", "model", "region")
 
 
@@ -540,7 +542,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     an op that is the only child of an op of the same name (a redispatch) merged into it as
     torch.profiler does: name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
     name too, as torch.profiler does), self_ns, mean_ns (total / calls), self_share (self_ns /
-    the iterations' time), and with level G gpu_ns (the GPU work launched inside the op,
+    the iterations' time; ops run while torch.compile compiled, under its compile spans, are
+    not counted), and with level G gpu_ns (the GPU work launched inside the op,
     nested ops included) and gpu_self_ns (launched by the op itself, not a nested op); NaN
     without G.  Sorted by `sort` (a column name), largest first."""
     src = _src(source)
@@ -559,7 +562,14 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
                          "xsp.profile(..., record_shapes=True)")
     sel = (src.kind == "op") & (src.iteration_of() >= 0)
     par = src.parent
-    dup = redispatches(src.kind == "op", src.df["name"].to_numpy(), par) & sel
+    # what torch.compile runs while it compiles (tracing with fake tensors) is compilation,
+    # shown as its own spans (xsp.compiled), not the iteration's ops
+    names = src.df["name"].to_numpy()
+    compiling = (src.kind == "scope") & np.array(
+        [isinstance(v, str) and v.startswith(COMPILE_PREFIXES) for v in names], dtype=bool)
+    if compiling.any():
+        sel &= nearest_ancestor(par, compiling, include_self=True) < 0
+    dup = redispatches(src.kind == "op", names, par) & sel
     sel &= ~dup
     ids = np.nonzero(sel)[0]
     if not len(ids):

@@ -563,3 +563,30 @@ def test_report_leaves_compiling_steps_out_of_the_latency():
     from xsp._util import fmt_ns
     assert ("max %s" % fmt_ns(durs[-1])) in line
     assert re.search(r"the latency of step#0 includes compile time", text)
+
+
+def test_op_table_leaves_out_what_compiling_ran():
+    """analysis.ops counts the ops the iterations ran, not those torch.compile ran while
+    compiling (under the compile span): the compiling step's table equals a later step's."""
+    import xsp.analysis as A
+    torch._dynamo.reset()
+    m = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), backend="aot_eager")
+    x = torch.randn(4, 8)
+    with xsp.profile(levels="ML") as p:
+        m(x)
+        p.step()
+        m(x)
+    tr = p.trace
+    assert compiled.compile_mask(tr).any()
+    df = tr.to_pandas()
+    under = tr.nearest_ancestor(compiled.compile_mask(tr), include_self=True) >= 0
+    assert (under & (df["kind"] == "op").to_numpy()).sum() > 0      # tracing ran ops
+    ops = A.ops(tr).set_index("name")["calls"].to_dict()
+    kind = df["kind"].to_numpy()
+    names = df["name"].to_numpy()
+    inside = {n for n in names[under & (kind == "op")]}
+    outside = {n for n in names[~under & (kind == "op")]}
+    only_compiling = inside - outside
+    assert only_compiling and not (only_compiling & set(ops))
+    for n in inside & outside & set(ops):          # counted without the compiling calls
+        assert ops[n] <= int(((names == n) & ~under & (kind == "op")).sum())
