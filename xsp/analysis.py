@@ -565,8 +565,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     # what torch.compile runs while it compiles (tracing with fake tensors) is compilation,
     # shown as its own spans (xsp.compiled), not the iteration's ops
     names = src.df["name"].to_numpy()
-    compiling = (src.kind == "scope") & np.array(
-        [isinstance(v, str) and v.startswith(COMPILE_PREFIXES) for v in names], dtype=bool)
+    compiling = (src.kind == "scope") & src.df["name"].astype(str).str.startswith(
+        COMPILE_PREFIXES).to_numpy(dtype=bool)
     if compiling.any():
         sel &= nearest_ancestor(par, compiling, include_self=True) < 0
     dup = redispatches(src.kind == "op", names, par) & sel

@@ -44,7 +44,7 @@ def has_memory(source):
 
 
 def _require(df):
-    if not any(c.startswith("mem.") for c in df.columns):
+    if not has_memory(df):
         raise ValueError("this trace has no memory per span: record it with "
                          "xsp.profile(..., profile_memory=True)")
 

@@ -397,7 +397,7 @@ def _work_lines(source, s):
     if trace is None:
         return []
     out = []
-    if any("input_dims" in sp.attrs for sp in trace.spans(kind="op")):
+    if "input_dims" in trace.strings:     # an attribute key some span has (record_shapes)
         f = flops.summary(trace)
         out += ["", "Work (analytical, from the recorded op inputs; xsp.flops): %s FLOPs, %s "
                 "bytes moved; %d op calls without a formula%s" % (
