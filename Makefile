@@ -17,6 +17,8 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/include/cupti.h \
 HAVE_CUPTI := $(if $(CUPTI_H),1)
 GPU_INC := -isystem $(dir $(CUPTI_H)) -isystem $(CUDA_HOME)/include
 IO_SRC := $(wildcard csrc/io/*.c)
+# yajl's flags (the Kineto reader, csrc/io/kjson.c); set YAJL_FLAGS where pkg-config is missing
+YAJL_FLAGS ?= $(shell pkg-config --cflags --libs yajl)
 BIN := tests/c/bin
 OUT ?= out
 
@@ -41,9 +43,13 @@ ctest:
 	$(CC) $(CFLAGS_DEV) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $(MSGPACK_FLAGS) -o $(BIN)/test_io
+	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_io
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $(MSGPACK_FLAGS) -o $(BIN)/test_io_san
+	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_io_san
+	$(CC) $(CFLAGS_DEV) tests/c/test_kjson.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
+	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_kjson
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_kjson.c $(IO_SRC) csrc/core/strtab.c \
+	    csrc/core/trace.c $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_kjson_san
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_session.c $(CORE_SRC) -lpthread -o $(BIN)/test_session_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_trace_select.c csrc/core/strtab.c csrc/core/trace.c \
 	    -o $(BIN)/test_trace_select
@@ -58,6 +64,7 @@ ctest:
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_data && $(BIN)/test_data_san && $(BIN)/test_io && $(BIN)/test_io_san
 	$(BIN)/test_names && $(BIN)/test_names_san
+	$(BIN)/test_kjson && $(BIN)/test_kjson_san
 	$(BIN)/test_tmerge_san
 	$(BIN)/test_session_san
 	$(BIN)/test_trace_select && $(BIN)/test_trace_select_san
@@ -73,7 +80,7 @@ ifeq ($(HAVE_CUPTI),1)
 	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san
 	# a level-G training loop through the real session and merge, for tests/py/test_kineto.py
 	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/make_gpu_trace.c $(CORE_SRC) $(GPU_SRC) \
-	    $(IO_SRC) $(MSGPACK_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
+	    $(IO_SRC) $(MSGPACK_FLAGS) $(YAJL_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
 	    -o $(BIN)/make_gpu_trace
 	$(BIN)/make_gpu_trace $(BIN)/gpu_steps.xsp
 else

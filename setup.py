@@ -2,7 +2,7 @@
 
 xsp._core   C11: the span core (csrc/core), the trace file (csrc/io), the GPU source
             (csrc/gpu, when CUPTI's headers are found) and the CPython binding (csrc/python).
-            Needs msgpack-c, found through pkg-config.
+            Needs msgpack-c and yajl, found through pkg-config.
 xsp._bench  C++20, dev builds only (XSP_DEV=1 or XSP_BENCH=1): the benchmarks' floor callbacks and C++ loop
             (benchmarks/csrc); not part of the production library.
 xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
@@ -16,8 +16,8 @@ Environment:
   XSP_REQUIRE_TORCH=1  fail instead of skipping xsp._torch
   XSP_BENCH=1          also build xsp._bench without XSP_DEV (the device check)
   XSP_NO_CUPTI=1       build without level G even where CUPTI's headers exist
-  XSP_MSGPACK_CFLAGS, XSP_MSGPACK_LIBS
-                       msgpack-c's flags where pkg-config is missing
+  XSP_MSGPACK_CFLAGS, XSP_MSGPACK_LIBS, XSP_YAJL_CFLAGS, XSP_YAJL_LIBS
+                       msgpack-c's and yajl's flags where pkg-config is missing
 """
 import glob
 import os
@@ -36,12 +36,13 @@ def rel(pattern):
     return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pattern)))
 
 
-def pkgconfig(names):
+def pkgconfig(names, env, install):
     """Returns (cflags, libs) of the first pkg-config package found among names, or those given
-    by XSP_MSGPACK_CFLAGS / XSP_MSGPACK_LIBS (machines without pkg-config)."""
-    if os.environ.get("XSP_MSGPACK_LIBS"):
-        return (shlex.split(os.environ.get("XSP_MSGPACK_CFLAGS", "")),
-                shlex.split(os.environ["XSP_MSGPACK_LIBS"]))
+    by <env>_CFLAGS / <env>_LIBS (machines without pkg-config); exits naming install (the
+    Debian packages that provide it) when neither is there."""
+    if os.environ.get(env + "_LIBS"):
+        return (shlex.split(os.environ.get(env + "_CFLAGS", "")),
+                shlex.split(os.environ[env + "_LIBS"]))
     for name in names:
         try:
             cflags = subprocess.check_output(["pkg-config", "--cflags", name], text=True)
@@ -49,11 +50,8 @@ def pkgconfig(names):
         except (OSError, subprocess.CalledProcessError):
             continue
         return shlex.split(cflags), shlex.split(libs)
-    sys.exit(
-        "xsp: msgpack-c was not found through pkg-config (tried %s).\n"
-        "  Debian 12 / Ubuntu: apt-get install libmsgpack-dev pkg-config\n"
-        "  Debian 13:          apt-get install libmsgpack-c-dev pkg-config" % ", ".join(names)
-    )
+    sys.exit("xsp: %s was not found through pkg-config (tried %s; or set %s_CFLAGS and "
+             "%s_LIBS).\n%s" % (names[0], ", ".join(names), env, env, install))
 
 
 WARN = ["-Wall", "-Wextra", "-Wstrict-prototypes", "-Wshadow", "-Wno-missing-field-initializers"]
@@ -63,7 +61,13 @@ COMMON = ["-fvisibility=hidden", "-fno-strict-aliasing"]
 # of a __tls_get_addr call per access in a dlopen()ed module (x86-64 only).
 TLS = ["-mtls-dialect=gnu2"] if platform.machine() in ("x86_64", "AMD64") else []
 
-mp_cflags, mp_libs = pkgconfig(["msgpack-c", "msgpack"])
+mp_cflags, mp_libs = pkgconfig(
+    ["msgpack-c", "msgpack"], "XSP_MSGPACK",
+    "  Debian 12 / Ubuntu: apt-get install libmsgpack-dev pkg-config\n"
+    "  Debian 13:          apt-get install libmsgpack-c-dev pkg-config")
+# yajl: the streaming JSON parser of the Kineto reader (csrc/io/kjson.c)
+yajl_cflags, yajl_libs = pkgconfig(["yajl"], "XSP_YAJL",
+                                   "  Debian / Ubuntu: apt-get install libyajl-dev pkg-config")
 
 def find_cupti_include():
     """The folders for CUPTI's headers: [the one holding cupti.h, the one holding cuda.h (which
@@ -111,11 +115,12 @@ core = Extension(
     + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c")
     + rel("csrc/python/modcall.c") + rel("csrc/python/modsites.c")
     + rel("csrc/python/pystack.c") + rel("csrc/python/sessionmod.c")
-    + rel("csrc/python/tracebuild.c") + rel("csrc/python/tracefinish.c") + GPU_SRC,
+    + rel("csrc/python/tracebuild.c") + rel("csrc/python/tracefinish.c")
+    + rel("csrc/python/kjsonmod.c") + GPU_SRC,
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
-    + GPU_ARGS,
-    extra_link_args=mp_libs + GPU_LIBS,
+    + yajl_cflags + GPU_ARGS,
+    extra_link_args=mp_libs + yajl_libs + GPU_LIBS,
 )
 
 exts = [core]

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The device check (a CUDA machine without internet or apt, as lent by the device tool):
-# unpacks Debian's msgpack-c carried in .debs/, builds xsp against the installed torch, runs the
+# unpacks Debian's msgpack-c and yajl carried in .debs/, builds xsp against the installed torch, runs the
 # C tests, the CPU test suite, the GPU checks (tests/gpu), the demo at MLG and the GPU
 # benchmarks (bench_ops and bench_models with --device cuda).
 # Everything it writes goes into ONE archive, $OUT/gpu_check.tar.gz, plus $OUT/summary.txt
 # (the device tool brings back only a few files).
 #   echo /.debs/ >> .git/info/exclude; mkdir -p .debs
-#   (cd .debs && apt-get download libmsgpack-dev libmsgpackc2)       # once, on a machine with apt
+#   (cd .debs && apt-get download libmsgpack-dev libmsgpackc2 libyajl-dev libyajl2)  # once, with apt
 #   run: bash scripts/gpu_check.sh  (carry .debs), with a timeout that leaves time to rerun
 # BUDGET (seconds, default 420: the device budget is 15 min for everything, its start and a
 # retry included) caps the whole script: each step's timeout is cut to what is
@@ -48,6 +48,8 @@ if ls .debs/*.deb >/dev/null 2>&1; then
     export XSP_MSGPACK_CFLAGS="-I$MP/include"
     export XSP_MSGPACK_LIBS="-L$MP/lib/x86_64-linux-gnu -lmsgpackc"
     export MSGPACK_FLAGS="$XSP_MSGPACK_CFLAGS $XSP_MSGPACK_LIBS"
+    export XSP_YAJL_CFLAGS="-I$MP/include" XSP_YAJL_LIBS="-L$MP/lib/x86_64-linux-gnu -lyajl"
+    export YAJL_FLAGS="$XSP_YAJL_CFLAGS $XSP_YAJL_LIBS"
 fi
 { uname -a; nvidia-smi; python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   python3 -c "import pandas, numpy; print('pandas', pandas.__version__, 'numpy', numpy.__version__)"

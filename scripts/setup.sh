@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for xsp development: system packages (msgpack-c, pkg-config, a C/C++
-# compiler), a virtual environment in .venv with the pinned CPU build of torch, and xsp built
+# Sets up a fresh machine for xsp development: system packages (msgpack-c, yajl, pkg-config, a
+# C/C++ compiler), a virtual environment in .venv with the pinned CPU build of torch, and xsp built
 # in place (dev flags: warnings are errors).  Idempotent: a second run only rebuilds xsp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,13 @@ VENV=${VENV:-.venv}
 TORCH_PIN=${TORCH_PIN:-torch==2.13.0}
 
 have_msgpack() { pkg-config --exists msgpack-c 2>/dev/null || pkg-config --exists msgpack 2>/dev/null; }
+# yajl: the streaming JSON parser of the Kineto reader (csrc/io/kjson.c)
+have_yajl() { pkg-config --exists yajl 2>/dev/null; }
 
-if ! command -v pkg-config >/dev/null || ! have_msgpack || ! command -v g++ >/dev/null; then
+if ! command -v pkg-config >/dev/null || ! have_msgpack || ! have_yajl || ! command -v g++ >/dev/null; then
     if ! command -v apt-get >/dev/null; then
-        echo "setup: need msgpack-c (pkg-config msgpack or msgpack-c), pkg-config and g++" >&2
+        echo "setup: need msgpack-c (pkg-config msgpack or msgpack-c), yajl (pkg-config yajl)," \
+             "pkg-config and g++" >&2
         exit 1
     fi
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -21,7 +24,8 @@ if ! command -v pkg-config >/dev/null || ! have_msgpack || ! command -v g++ >/de
     # Debian 12 / Ubuntu ship msgpack-c 4 as libmsgpack-dev; Debian 13 ships msgpack-c 6 as
     # libmsgpack-c-dev.  Take whichever this release has.
     if apt-cache show libmsgpack-c-dev >/dev/null 2>&1; then MP=libmsgpack-c-dev; else MP=libmsgpack-dev; fi
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config g++ "$MP" >/dev/null
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config g++ "$MP" libyajl-dev \
+        >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -16,7 +16,9 @@ GPU work and `fwdbwd` flows each forward op to its backward function.  What only
 (the module's qualified name, the level, the span id, lost counters, leveled latencies) goes
 in args named "xsp.*" and in the top-level key "xsp", which Kineto's readers ignore.
 
-Reading.  Events are nested per thread by time (a stack over the events sorted by start,
+Reading (in C, csrc/io/kjson.c and kbuild.c, streamed a chunk at a time with a size cap; every
+malformed field a TraceFormatError naming the event and the field).  Events are nested per
+thread by time (a stack over the events sorted by start,
 longest first), GPU work hangs under the op whose runtime call has its correlation id, and
 categories map back to kinds; every arg is kept as an attribute "k.<arg>" (lists as JSON
 text), so that writing a loaded trace gives the events back (docs/format.md lists what).
@@ -24,7 +26,6 @@ text), so that writing a loaded trace gives the events back (docs/format.md list
 This module imports only the C core: the data layer (xsp.trace) uses it for Trace.to_kineto
 and load_kineto.
 """
-import decimal
 import gzip
 import json
 import math
@@ -406,10 +407,6 @@ def _events_text(trace, base_ns, leveled):
 
 
 # -- reading --------------------------------------------------------------------------------
-class _Bad(Exception):
-    pass
-
-
 def _fail(path, msg, offset=None, index=None):
     where = "%s: " % path
     if index is not None:
@@ -423,391 +420,105 @@ def _fail(path, msg, offset=None, index=None):
     return e
 
 
-def _ns(v, what, path, i):
-    """A ts or dur (µs, a Decimal or an int from the parser) as integer ns."""
-    if isinstance(v, float) and not math.isfinite(v):
-        raise _fail(path, "%s %s is not a finite number" % (what, v), index=i)
-    if isinstance(v, bool) or not isinstance(v, (int, float, decimal.Decimal)):
-        raise _fail(path, "%s must be a number, not %s" % (what, type(v).__name__), index=i)
+# The most JSON text read from one file (after gzip) unless asked: above any trace torch writes
+# in practice (its JSON of 10^7 events is about 1.3 GB), low enough that a gzip bomb stops
+# within seconds.  XSP_KINETO_MAX_BYTES sets it for a process (the CLI's commands).
+MAX_BYTES = 2 << 30
+_CHUNK = 1 << 20
+
+
+def max_bytes_default():
+    """MAX_BYTES, or $XSP_KINETO_MAX_BYTES when set (a positive int; ValueError otherwise)."""
+    v = os.environ.get("XSP_KINETO_MAX_BYTES")
+    if v is None:
+        return MAX_BYTES
     try:
-        ns = int((decimal.Decimal(v) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
-    except (decimal.InvalidOperation, OverflowError, ValueError):
-        raise _fail(path, "%s %s is not a finite number" % (what, v), index=i) from None
-    if not -2 ** 63 < ns < 2 ** 63:
-        raise _fail(path, "%s %s is out of range (more than 2**63 ns)" % (what, v), index=i)
-    return ns
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ValueError("XSP_KINETO_MAX_BYTES must be a positive number of bytes, not %r" % v)
+    return n
 
 
-def _plain(v):
-    """A parsed JSON value with Decimals back to ints or floats."""
-    if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() and "." not in str(v) and "E" not in \
-            str(v).upper() else float(v)
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
-
-
-def _attr_value(v):
-    """An arg as an attribute value (int, float, str) and whether it was JSON-encoded."""
-    if isinstance(v, bool):
-        return int(v), False
-    if isinstance(v, int):
-        if -2 ** 63 <= v < 2 ** 63:
-            return v, False
-        return str(v), False
-    if isinstance(v, float):
-        return v, False
-    if isinstance(v, str):
-        return v, False
-    return json.dumps(v), True
-
-
-def read(path):
+def read(path, *, max_bytes=None):
     """Parses a Kineto JSON trace (torch.profiler's export_chrome_trace, .json or .json.gz)
-    into the core's TraceData.  Raises xsp.TraceFormatError (.path, .offset for malformed
-    JSON, .event for a malformed event) and OSError."""
+    into the core's TraceData, streamed: the file (inflated as it is read when it is gzip) goes
+    to the C reader (csrc/io/kjson.h) a megabyte at a time, so memory follows the events, not
+    the file's size.  More than max_bytes bytes of JSON text (default: max_bytes_default(), 2 GiB)
+    is refused.  Raises
+    xsp.TraceFormatError (.path; .offset for malformed JSON, nesting deeper than 1000 or the
+    cap; .event for a malformed event, with the field named in the message) and OSError."""
     path = os.fspath(path)
+    if max_bytes is None:
+        max_bytes = max_bytes_default()
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError("max_bytes must be a positive int, not %r" % (max_bytes,))
     with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        chunks = _inflated(f, path, max_bytes) if gz else _chunks(f, path, max_bytes)
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise _fail(path, "not a gzip file: %s" % exc, offset=0) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _fail(path, "not UTF-8", offset=exc.start) from None
-    try:
-        doc = json.loads(text, parse_float=decimal.Decimal, parse_int=int)
-    except json.JSONDecodeError as exc:
-        raise _fail(path, "malformed JSON: %s" % exc.msg,
-                    offset=len(text[:exc.pos].encode("utf-8"))) from None
-    except RecursionError:
-        raise _fail(path, "nested too deeply") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise _fail(path, "not a Kineto trace: no traceEvents list at the top level")
-    return _build(path, doc)
+            data = _core.read_kineto(chunks)
+        except _core.TraceFormatError as exc:
+            if getattr(exc, "path", None) == path:          # the cap or gzip: already located
+                raise
+            raise _fail(path, str(exc), offset=exc.offset, index=exc.event) from None
+    data._add_meta({"kineto.path": os.path.abspath(path)})
+    return data
 
 
-def _build(path, doc):
-    events = doc["traceEvents"]
-    # counters: what was not read as recorded (never silently); informative totals go in meta
-    counters = {"kineto.skipped": 0, "kineto.unattributed": 0, "kineto.clamped": 0,
-                "kineto.overlaps": 0}
-    flows = 0
-    thread_names = {}
-    xs = []                 # (index, event)
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            raise _fail(path, "not an object but %s" % type(e).__name__, index=i)
-        ph = e.get("ph")
-        if ph == "M":
-            if e.get("name") == "thread_name" and isinstance(e.get("args"), dict):
-                thread_names[(_plain(e.get("pid")), _plain(e.get("tid")))] = str(
-                    e["args"].get("name", ""))
-            continue
-        if ph in ("s", "f", "t"):
-            flows += 1
-            continue
-        if ph != "X":
-            counters["kineto.skipped"] += 1
-            continue
-        for key in ("name", "ts", "dur"):
-            if key not in e:
-                raise _fail(path, "a complete event (ph X) without %r" % key, index=i)
-        if not isinstance(e["name"], str):
-            raise _fail(path, "name must be a string, not %s" % type(e["name"]).__name__,
-                        index=i)
-        if "args" in e and not isinstance(e["args"], dict):
-            raise _fail(path, "args must be an object, not %s" % type(e["args"]).__name__,
-                        index=i)
-        xs.append((i, e))
-    base = doc.get("baseTimeNanoseconds", 0)
-    base = int(base) if isinstance(base, (int, decimal.Decimal)) and not isinstance(
-        base, bool) else 0
-    recs = []
-    region = None
-    for i, e in xs:
-        ts = _ns(e["ts"], "ts", path, i)
-        dur = _ns(e["dur"], "dur", path, i)
-        if dur < 0:
-            raise _fail(path, "dur %s is negative" % e["dur"], index=i)
-        start = base + ts
-        if start < 0:
-            raise _fail(path, "ts %s is before time 0" % e["ts"], index=i)
-        cat = e.get("cat")
-        cat = cat if isinstance(cat, str) else ""
-        args = _plain(e.get("args") or {})
-        pid, tid = _plain(e.get("pid")), _plain(e.get("tid"))
-        r = {"i": i, "start": start, "end": start + dur, "name": e["name"], "cat": cat,
-             "args": args, "pid": pid, "tid": tid, "parent": None, "kind": None}
-        if cat == "Trace" and region is None:
-            region = r
-            continue
-        recs.append(r)
-    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "overhead")
-    cpu, gpu = [], []
-    for r in recs:
-        if r["cat"] in gpu_cats:
-            gpu.append(r)
-        elif r["cat"] == "Trace" or (r["cat"] == "" and isinstance(r["pid"], str)):
-            counters["kineto.skipped"] += 1     # a second Trace span, a viewer's own track
-        else:
-            cpu.append(r)
-    # kinds
-    for r in cpu:
-        c, nm = r["cat"], r["name"]
-        if c == "cpu_op":
-            r["kind"] = "op"
-        elif c == "user_annotation":
-            r["kind"] = "step" if nm.startswith("ProfilerStep#") else "scope"
-        elif c == "python_function" and nm.startswith("nn.Module: "):
-            r["kind"] = "module"
-        elif c == "python_function":
-            r["kind"] = "python"        # a Python function frame (with_stack)
-        elif c == "cuda_runtime":
-            r["kind"] = "runtime"
-        elif c == "cuda_driver":
-            r["kind"] = "driver"
-        else:
-            r["kind"] = "scope"         # gpu_user_annotation, ...
-    # nest per CPU thread by time
-    by_thread = {}
-    for r in cpu:
-        by_thread.setdefault((r["pid"], r["tid"]), []).append(r)
-    for key, rs in by_thread.items():
-        rs.sort(key=lambda r: (r["start"], -(r["end"] - r["start"]), r["i"]))
-        stack = []
-        for r in rs:
-            while stack and not (r["start"] >= stack[-1]["start"] and
-                                 r["start"] < stack[-1]["end"] or
-                                 r["start"] == stack[-1]["start"] == stack[-1]["end"]):
-                stack.pop()
-            if stack and r["end"] > stack[-1]["end"]:
-                counters["kineto.overlaps"] += 1
-                r["end"] = stack[-1]["end"]     # cut to its parent: a span nests
-            r["parent"] = stack[-1] if stack else None
-            stack.append(r)
-    # backward functions: the only child of "autograd::engine::evaluate_function: X" named X
-    for r in cpu:
-        p = r["parent"]
-        if r["kind"] == "op" and p is not None and p["kind"] == "op" and \
-                p["name"] == "autograd::engine::evaluate_function: " + r["name"]:
-            r["kind"] = "backward"
-    # modules: a top-level one (no module above it) is a model call
-    for r in cpu:
-        if r["kind"] == "module":
-            p = r["parent"]
-            while p is not None and p["kind"] != "module" and p["kind"] != "model":
-                p = p["parent"]
-            if p is None:
-                r["kind"] = "model"
-    # GPU work under the op whose runtime call carries its correlation id
-    runtime_by_corr = {}
-    for r in cpu:
-        if r["kind"] in ("runtime", "driver") and isinstance(r["args"].get("correlation"),
-                                                             int):
-            runtime_by_corr[r["args"]["correlation"]] = r
-    for r in gpu:
-        r["kind"] = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
-                     "cuda_sync": "sync", "overhead": "overhead"}[r["cat"]]
-        call = runtime_by_corr.get(r["args"].get("correlation"))
-        if call is not None:
-            r["api"] = call
-            r["parent"] = call["parent"] if r["kind"] != "sync" else call
-        else:
-            counters["kineto.unattributed"] += 1
-    allr = cpu + gpu
-    if not allr and region is None:
-        raise _fail(path, "no complete events (ph X) to read")
-    t_lo = min([r["start"] for r in allr] + ([region["start"]] if region else []))
-    t_hi = max([r["end"] for r in allr] + ([region["end"]] if region else []))
-    if region is None:
-        region = {"i": -1, "start": t_lo, "end": t_hi, "name": "torch.profiler trace",
-                  "cat": "", "args": {}, "pid": None, "tid": None}
-    region.update(kind="region", parent=None, start=min(region["start"], t_lo),
-                  end=max(region["end"], t_hi))
-    # clamp children that start before their parent (another track's clock)
-    for r in allr:
-        p = r["parent"]
-        if p is not None and r["start"] < p["start"]:
-            counters["kineto.clamped"] += 1
-            r["end"] = max(r["end"] - (p["start"] - r["start"]), p["start"])
-            r["start"] = p["start"]
-    # threads: CPU threads, then GPU streams (device << 32 | stream)
-    threads, tindex = [], {}
-    main_pid = None
-    for r in cpu:
-        if isinstance(r["pid"], int):
-            main_pid = r["pid"]
+def _too_big(path, max_bytes):
+    return _fail(path, "more than %d bytes of JSON text: refused (max_bytes; pass a larger "
+                 "max_bytes to read it)" % max_bytes, offset=max_bytes)
+
+
+def _chunks(f, path, max_bytes):
+    """The file's bytes a chunk at a time, at most max_bytes of them."""
+    total = 0
+    while True:
+        buf = f.read(_CHUNK)
+        if not buf:
+            return
+        total += len(buf)
+        if total > max_bytes:
+            raise _too_big(path, max_bytes)
+        yield buf
+
+
+def _inflated(f, path, max_bytes):
+    """The gzip file's inflated bytes (every member, as gzip reads them; zero padding after
+    the last allowed) a piece at a time, at most max_bytes of them.  The compressed input goes
+    in pieces of 16 KiB, so one step makes at most about 17 MB (deflate's limit is 1032:1)
+    and a bomb costs no more than the cap."""
+    import zlib
+    total, pos, d = 0, 0, None
+    while True:
+        piece = f.read(1 << 14)
+        if not piece:
             break
-    for r in sorted(cpu, key=lambda r: r["start"]):
-        key = ("cpu", r["pid"], r["tid"])
-        if key not in tindex:
-            tid = r["tid"] if isinstance(r["tid"], int) and 0 <= r["tid"] < 2 ** 63 else \
-                len(tindex)
-            tindex[key] = len(threads)
-            threads.append((tid, thread_names.get((r["pid"], r["tid"]), ""), 0))
-    for r in sorted(gpu, key=lambda r: r["start"]):
-        key = _gpu_track(r)
-        _, dev, stream = key
-        if key not in tindex:
-            tindex[key] = len(threads)
-            threads.append(((dev << 32) | stream, thread_names.get((r["pid"], r["tid"]), ""),
-                            1))
-    if not threads:
-        threads.append((0, "", 0))
-    for r in cpu:
-        r["thread"] = tindex[("cpu", r["pid"], r["tid"])]
-    for r in gpu:
-        r["thread"] = tindex[_gpu_track(r)]
-    region["thread"] = cpu[0]["thread"] if cpu else 0
-    # the steps adopt the roots of their thread's spans; other roots hang under the region
-    depth = {}
-    for r in allr:
-        _depth(r, depth)
-    order = [region] + sorted(allr, key=lambda r: (r["start"], depth[id(r)], r["i"]))
-    for k, r in enumerate(order):
-        r["id"] = k
-    spans = []
-    lv = {"region": 0, "step": 0, "model": 0, "op": 1, "backward": 1, "scope": 1,
-          "module": 1, "runtime": 2, "driver": 2, "kernel": 2, "memcpy": 2, "memset": 2,
-          "sync": 2, "overhead": 2, "python": 1}
-    for r in order:
-        attrs = {}
-        for key, v in r["args"].items():
-            val, enc = _attr_value(v)
-            attrs[ARG + key + ("[]" if enc else "")] = val
-        if r["kind"] == "region":
-            if r["i"] >= 0:
-                attrs[ARG + "name"] = r["name"]
-            name = r["name"] if r["i"] >= 0 else "torch.profiler trace"
-        else:
-            name = r["name"]
-        a = r["args"]
-        if r["kind"] in ("op", "backward") and isinstance(a.get("Sequence number"), int):
-            attrs["seq"] = a["Sequence number"]
-        if r["kind"] in ("op", "backward", "scope") and isinstance(a.get("Input Dims"), list):
-            for dst, src in INPUT_ARGS:      # record_shapes: as xsp records them
-                if isinstance(a.get(src), list):
-                    attrs[dst] = json.dumps(a[src])
-        if r["kind"] == "step":
-            attrs[ARG + "name"] = r["name"]
-            name = "step#" + r["name"].split("#", 1)[1].strip()
-        if r["kind"] in ("model", "module"):
-            typ = r["name"][len("nn.Module: "):].rsplit("_", 1)[0]
-            attrs["type"] = typ
-        if r["kind"] in GPU_WORK or r["kind"] in ("runtime", "driver", "sync"):
-            for src, dst in (("correlation", "correlation"), ("device", "device"),
-                             ("stream", "stream"), ("cbid", "cbid"), ("bytes", "bytes"),
-                             ("registers per thread", "registers")):
-                if isinstance(a.get(src), int):
-                    attrs[dst] = a[src]
-            for ax, key in (("grid", "grid"), ("block", "block")):
-                v = a.get(ax)
-                if isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) for x in v):
-                    attrs[key + "_x"], attrs[key + "_y"], attrs[key + "_z"] = v
-            if "api" in r:
-                attrs["api"] = r["api"]["id"]
-        if r["kind"] != "region" and r["cat"]:
-            attrs[ARG + "cat"] = r["cat"]
-        parent = r["parent"]["id"] if r.get("parent") is not None else (
-            -1 if r["kind"] == "region" else 0)
-        if len(attrs) > 250:
-            raise _fail(path, "%d args: more than xsp keeps per span (250)" % len(attrs),
-                        index=r["i"])
-        spans.append((r["start"], r["end"], parent, lv[r["kind"]], K[r["kind"]], name,
-                      r["thread"], 0, attrs))
-    # fwd_op: the forward op that starts at a fwdbwd flow's "s" end, for the backward node at
-    # its "f" end (torch's own link), else by (sequence number, forward thread)
-    _link_backward(doc["traceEvents"], order, spans, base)
-    levels = "M" + ("L" if any(r["kind"] not in ("region", "step", "model") for r in cpu)
-                    else "") + ("G" if gpu else "")
-    meta = {"levels": levels, "source": "kineto", "kineto.path": os.path.abspath(path),
-            "kineto.events": len(events), "kineto.flows": flows,
-            "kineto.baseTimeNanoseconds": base,
-            "steps": sum(1 for r in cpu if r["kind"] == "step"),
-            "region": region["name"]}
-    if main_pid is not None and 0 <= main_pid < 2 ** 63:
-        meta["pid"] = main_pid
-    for key in ("trace_id", "host_name", "traceName", "schemaVersion", "displayTimeUnit"):
-        v = doc.get(key)
-        if isinstance(v, (str, int)) and not isinstance(v, bool):
-            meta["kineto." + key] = v
-    di = doc.get("distributedInfo")
-    if isinstance(di, dict):
-        for key in ("rank", "world_size", "backend"):
-            if isinstance(di.get(key), (int, str)) and not isinstance(di.get(key), bool):
-                meta[key] = di[key]
-    try:
-        return _core.build(spans, threads, meta, counters)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise _fail(path, "cannot be made into a trace: %s" % exc) from None
-
-
-def _depth(r, memo):
-    """r's number of ancestors, memoised by id in memo (each record's chain walked once)."""
-    chain = []
-    while r is not None and id(r) not in memo:
-        chain.append(r)
-        r = r.get("parent")
-    d = memo[id(r)] if r is not None else -1
-    for x in reversed(chain):
-        d += 1
-        memo[id(x)] = d
-    return d
-
-
-def _gpu_track(r):
-    """("gpu", device, stream) of a GPU event: its args' device and stream (else its pid and
-    tid), 0 where they are not ids."""
-    dev = r["args"].get("device", r["pid"])
-    stream = r["args"].get("stream", r["tid"])
-    dev = dev if isinstance(dev, int) and 0 <= dev < 2 ** 31 else 0
-    stream = stream if isinstance(stream, int) and 0 <= stream < 2 ** 32 else 0
-    return ("gpu", dev, stream)
-
-
-def _link_backward(events, order, spans, base):
-    """Sets attribute fwd_op on backward spans: through fwdbwd flows (s at the forward op's
-    start, f at the backward node's start on its thread), else the last op before it on the
-    forward thread with the same sequence number."""
-    starts = {}
-    for r in order:
-        if r["kind"] in ("op", "backward"):
-            starts.setdefault((r["pid"], r["tid"], r["start"]), []).append(r)
-    s_end, f_end = {}, {}
-    for e in events:
-        if isinstance(e, dict) and e.get("cat") == "fwdbwd" and e.get("ph") in ("s", "f"):
+        while piece:
+            if d is None:
+                if not piece.strip(b"\x00"):
+                    pos += len(piece)
+                    break
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             try:
-                t = base + _ns(e.get("ts"), "ts", "", 0)
-            except Exception:
-                continue
-            key = (_plain(e.get("pid")), _plain(e.get("tid")), t)
-            (s_end if e["ph"] == "s" else f_end)[_plain(e.get("id"))] = key
-    linked = set()
-    for fid, fkey in f_end.items():
-        skey = s_end.get(fid)
-        if skey is None:
-            continue
-        bw = [r for r in starts.get(fkey, []) if r["kind"] == "backward"]
-        fw = [r for r in starts.get(skey, []) if r["kind"] == "op"]
-        if bw and fw:
-            spans[bw[0]["id"]][8]["fwd_op"] = fw[0]["id"]
-            linked.add(bw[0]["id"])
-    last = {}
-    for r in order:
-        if r["kind"] == "op" and "seq" in spans[r["id"]][8]:
-            last[spans[r["id"]][8]["seq"]] = r
-        if r["kind"] == "backward" and r["id"] not in linked:
-            seq = spans[r["id"]][8].get("seq")
-            f = last.get(seq)
-            if f is not None and f["start"] <= r["start"]:
-                spans[r["id"]][8]["fwd_op"] = f["id"]
+                out = d.decompress(piece)
+            except zlib.error as exc:
+                raise _fail(path, "not a gzip file: %s" % exc, offset=pos) from None
+            if d.eof:                               # another member may follow
+                used, piece, d = len(piece) - len(d.unused_data), d.unused_data, None
+            else:
+                used, piece = len(piece), b""
+            pos += used
+            total += len(out)
+            if total > max_bytes:
+                raise _too_big(path, max_bytes)
+            if out:
+                yield out
+    if d is not None:
+        raise _fail(path, "not a gzip file: it ends inside a compressed stream", offset=pos)
 
 
 __all__ = ["write", "read"]

@@ -47,14 +47,16 @@ def load(path):
     return Trace(_core.load(path))
 
 
-def load_kineto(path):
+def load_kineto(path, *, max_bytes=None):
     """Reads a trace that torch.profiler wrote (export_chrome_trace: Kineto's JSON, .json or
     .json.gz) into an xsp.Trace: the tree rebuilt per thread by time, kernels tied to their
     ops by correlation id, every event's args kept as attributes "k.<arg>" (docs/format.md,
-    "Kineto's JSON").  Raises xsp.TraceFormatError (.path; .offset for malformed JSON,
-    .event for a malformed event) and OSError."""
+    "Kineto's JSON").  Streamed, in memory proportional to the events; more than max_bytes
+    of JSON text (default 2 GiB, or $XSP_KINETO_MAX_BYTES) is refused.  Raises
+    xsp.TraceFormatError (.path; .offset for malformed JSON and the cap, .event for a
+    malformed event, whose field the message names) and OSError."""
     from . import kineto        # loaded on first use: `import xsp` stays light
-    return Trace(kineto.read(path))
+    return Trace(kineto.read(path, max_bytes=max_bytes))
 
 
 def merge_traces(inputs, meta, id_keys=("fwd_op", "api")):

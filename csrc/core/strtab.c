@@ -205,6 +205,21 @@ uint32_t xsp_strtab_intern(xsp_strtab *t, const char *s, size_t len)
     return id;
 }
 
+uint32_t xsp_strtab_find(const xsp_strtab *t, const char *s, size_t len)
+{
+    if (len > XSP_STRTAB_MAX_LEN)
+        len = xsp_strtab_cut_len(s, len);
+    if (!t->slots)
+        return UINT32_MAX;
+    uint64_t h = xsp_strtab_hash(s, len);
+    for (uint32_t j = (uint32_t)h & t->mask; t->slots[j]; j = (j + 1) & t->mask) {
+        uint32_t id = t->slots[j] - 1;
+        if (t->hashes[id] == h && t->lens[id] == len && memcmp(t->arena + t->offs[id], s, len) == 0)
+            return id;
+    }
+    return UINT32_MAX;
+}
+
 const char *xsp_strtab_get(const xsp_strtab *t, uint32_t id, size_t *len)
 {
     if (id >= t->n)

@@ -53,6 +53,10 @@ void xsp_strtab_clear(xsp_strtab *t);
  * cannot be grown; the table is then unchanged. */
 uint32_t xsp_strtab_intern(xsp_strtab *t, const char *s, size_t len);
 
+/* The id of the len bytes at s (cut as xsp_strtab_intern cuts them) when the table holds
+ * them, else UINT32_MAX; the table is never changed.  Cannot fail. */
+uint32_t xsp_strtab_find(const xsp_strtab *t, const char *s, size_t len);
+
 /* The length the table keeps of the len bytes at s: len itself when len <=
  * XSP_STRTAB_MAX_LEN; otherwise at most XSP_STRTAB_MAX_LEN bytes, cut before the first byte
  * of the UTF-8 character that would straddle the limit (so valid UTF-8 stays valid).  Bytes

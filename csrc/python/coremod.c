@@ -22,6 +22,7 @@
 #include "../include/xsp_api.h"
 #include "../io/tracefile.h"
 #include "gpumod.h"
+#include "kjsonmod.h"
 #include "modcall.h"
 #include "modsites.h"
 #include "pystack.h"
@@ -234,6 +235,12 @@ static PyObject *core_loads(PyObject *mod, PyObject *arg)
     return xsp_tracedata_wrap(st->tracedata_type, t);
 }
 
+static PyObject *core_read_kineto(PyObject *mod, PyObject *chunks)
+{
+    xsp_core_state *st = xsp_state(mod);
+    return xsp_py_read_kineto(st->format_error, st->tracedata_type, chunks);
+}
+
 static PyObject *core_build(PyObject *mod, PyObject *args)
 {
     return xsp_py_build(xsp_state(mod)->tracedata_type, args);
@@ -325,6 +332,10 @@ static PyMethodDef core_methods[] = {
      "inputs: (TraceData, rank, o0, t0, o1, t1) each: its times move by the offset line\n"
      "o0 + (o1 - o0) * (t - t0) / (t1 - t0); id_keys: the attribute keys whose values are\n"
      "span ids.  docs/distributed.md."},
+    {"read_kineto", core_read_kineto, METH_O,
+     "read_kineto(chunks) -> TraceData: Kineto's trace JSON, fed as the bytes-like objects\n"
+     "that iterating chunks gives (csrc/io/kjson.h).  TraceFormatError with .event (an index\n"
+     "into traceEvents) and .offset (a byte offset into the text), each None when unknown."},
     {"build", core_build, METH_VARARGS,
      "build(spans, threads, meta, counters) -> TraceData: a trace from Python data.\n\n"
      "spans: a sequence of (start_ns, end_ns, parent, level, kind, name, thread, flags, attrs),\n"
