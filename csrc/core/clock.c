@@ -2,12 +2,15 @@
 #include "clock.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 _Atomic uint64_t xsp_fake_step = 0;  /* written by tests only; read on every reading */
 _Atomic uint64_t xsp_fake_now = 0;   /* advanced atomically by each fake reading */
+_Atomic uint64_t xsp_fake_signal_at = 0;  /* armed by tests; cleared by the reading that fires */
+static _Atomic int g_fake_signum = 0;     /* the signal it raises; written before it is armed */
 int xsp_clock_tsc = 0;               /* written once under g_once, before any session */
 _Atomic int xsp_clock_rdtsc = 0;     /* xsp_clock_tsc && no fake clock; see set_rdtsc */
 
@@ -81,9 +84,28 @@ __attribute__((noinline)) uint64_t xsp_clock_ns_call(void)
     return xsp_clock_ns();
 }
 
+uint64_t xsp_clock_fake_next(uint64_t step)
+{
+    uint64_t v = atomic_fetch_add_explicit(&xsp_fake_now, step, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&xsp_fake_signal_at, memory_order_acquire);
+    /* the exchange makes it once, whichever thread reads the armed value */
+    if (__builtin_expect(at != 0 && at == v, 0)
+        && atomic_compare_exchange_strong(&xsp_fake_signal_at, &at, 0))
+        raise(atomic_load(&g_fake_signum));
+    return v;
+}
+
+void xsp_clock_fake_signal(uint64_t at, int signum)
+{
+    atomic_store(&xsp_fake_signal_at, 0);
+    atomic_store(&g_fake_signum, signum);
+    atomic_store(&xsp_fake_signal_at, at);
+}
+
 void xsp_clock_set_fake(uint64_t start, uint64_t step)
 {
     xsp_clock_init();
+    atomic_store(&xsp_fake_signal_at, 0);
     atomic_store(&xsp_clock_rdtsc, 0);
     atomic_store(&xsp_fake_step, 0);
     atomic_store(&xsp_fake_now, start);

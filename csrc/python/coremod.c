@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -166,6 +167,24 @@ static PyObject *core_set_fake_clock(PyObject *mod, PyObject *args)
     if (xsp_rec_active())
         return PyErr_Format(PyExc_RuntimeError, "set_fake_clock: not while a session records");
     xsp_clock_set_fake(start, step);
+    Py_RETURN_NONE;
+}
+
+/* fake_clock_signal(at, signum): tests only; see xsp_clock_fake_signal. */
+static PyObject *core_fake_clock_signal(PyObject *mod, PyObject *args)
+{
+    unsigned long long at;
+    int signum;
+    if (!PyArg_ParseTuple(args, "Ki:fake_clock_signal", &at, &signum))
+        return NULL;
+    (void)mod;
+    if (signum < 1 || signum >= NSIG)
+        return PyErr_Format(PyExc_ValueError, "fake_clock_signal: signal number %d out of range "
+                            "1..%d", signum, NSIG - 1);
+    if (at && atomic_load(&xsp_fake_step) == 0)
+        return PyErr_Format(PyExc_RuntimeError, "fake_clock_signal: install the fake clock "
+                            "first (set_fake_clock(start, step) with step > 0)");
+    xsp_clock_fake_signal(at, signum);
     Py_RETURN_NONE;
 }
 
@@ -325,6 +344,10 @@ static PyMethodDef core_methods[] = {
     {"now", core_now, METH_NOARGS, "now() -> int: CLOCK_MONOTONIC (or the fake clock) in ns."},
     {"set_fake_clock", core_set_fake_clock, METH_VARARGS,
      "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
+    {"fake_clock_signal", core_fake_clock_signal, METH_VARARGS,
+     "fake_clock_signal(at, signum): tests only; the fake clock's reading that returns at\n"
+     "first raises signal signum in the thread that reads it (once; at 0 disarms;\n"
+     "set_fake_clock disarms it).  RuntimeError without the fake clock."},
     {"load", core_load, METH_O, "load(path) -> TraceData"},
     {"loads", core_loads, METH_O, "loads(bytes) -> TraceData"},
     {"merge", core_merge, METH_VARARGS,

@@ -1,6 +1,9 @@
 """A small distributed job for tests/py/test_distributed.py: WORLD gloo processes on this
-host, each profiling STEPS steps of a multiply and an all_reduce at level ML; rank SLOW
-sleeps SLEEP seconds before each all_reduce (the straggler).  Each rank saves
+host, each profiling STEPS steps of a multiply and an all_reduce at level ML; rank SLOW is the
+straggler: in each step it waits until every other rank has begun its all_reduce (they call
+it with async_op=True, then say so in the job's store, then wait for it), then sleeps SLEEP
+seconds, then calls its own.  So it arrives last, at least SLEEP after the others, by
+construction and not by timing, however loaded the machine.  Each rank saves
 OUT/rank<r>.xsp.
 
     python dist_worker.py OUT WORLD SLOW SLEEP [STEPS]
@@ -26,8 +29,9 @@ def free_port():
 def run(rank, world, out, slow, sleep, steps, port):
     import torch
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # the job's store (300 s timeout: a hang guard), also the straggler's signal
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0)
+    dist.init_process_group("gloo", rank=rank, world_size=world, store=store)
     import xsp
     levels = "ML"
     if slow < 0:
@@ -38,11 +42,19 @@ def run(rank, world, out, slow, sleep, steps, port):
         levels = "M"
     x = torch.ones(1000)
     with xsp.profile(levels=levels) as prof:
-        for _ in range(steps):
+        for k in range(steps):
             y = x * 2
             if rank == slow:
+                store.wait(["xsp-test/arrived/%d/%d" % (k, r)
+                            for r in range(world) if r != slow])
                 time.sleep(sleep)
-            dist.all_reduce(y)
+                dist.all_reduce(y)
+            elif slow >= 0:
+                work = dist.all_reduce(y, async_op=True)    # its c10d op has begun
+                store.set("xsp-test/arrived/%d/%d" % (k, rank), "1")
+                work.wait()
+            else:
+                dist.all_reduce(y)
             prof.step()
     prof.trace.save(os.path.join(out, "rank%d.xsp" % rank))
     dist.destroy_process_group()

@@ -1,7 +1,9 @@
 """Beyond one process (xsp/distributed.py, docs/distributed.md): ranks in the meta, the clock
 exchange, merging the ranks' traces, the analyses across ranks, and the CLI; real gloo jobs
 of 2 and 4 processes on this host (tests/py/dist_worker.py) and synthetic traces with
-injected clock offsets for exact values."""
+injected clock offsets for exact values.  The real jobs' checks hold on a loaded machine: the
+straggler arrives last by construction (it waits in the job's store for the others' calls
+before its sleep), and times are compared by causality, not by how close they came."""
 import json
 import os
 import subprocess
@@ -59,19 +61,22 @@ def test_merge_aligns_the_collectives_and_names_the_straggler(job2, tmp_path):
     regions = [s for s in job if s.kind == "region"]
     assert sorted(s.attrs["rank"] for s in regions) == [0, 1]
     assert all(name.startswith(("rank 0: ", "rank 1: ")) for _, name, _ in job.threads)
-    # the same collective ends on both ranks at the same time, within the stated error
-    # (plus the scheduling of two processes on two cores: 1 ms)
+    # aligned: no rank's all_reduce ends before the other's has begun (it cannot: it needs the
+    # other's data), within the stated error and 1 ms for the conversion of each rank's ticks
+    # to ns: a bound on the clocks, not on scheduling, so how late a process runs on a loaded
+    # machine does not matter
     coll = D.collectives(job)
     err = max(job.meta["rank1.clock.error_ns"], 1.0)
     gl = coll[coll["name"] == "gloo:all_reduce"]
     assert len(gl) == 6
     for _, g in gl.groupby("index"):
-        assert abs(g["end_ns"].iloc[0] - g["end_ns"].iloc[1]) <= err + 1e6
+        assert g["end_ns"].min() >= g["start_ns"].max() - err - 1e6
     table = D.ranks(job)
     assert table["rank"].tolist() == [0, 1] and table["steps"].tolist() == [3, 3]
     assert table["straggler"].tolist() == [False, True]
     assert table["last_arrivals"].tolist() == [0, 3]
-    # rank 0 waits for rank 1's sleep in every step
+    # rank 0 waits for rank 1's sleep in every step (rank 1 starts sleeping once rank 0's
+    # all_reduce has begun, dist_worker.py: at least SLEEP, less 20% for the clocks' error)
     assert table["wait_ns"].iloc[0] >= 0.8 * SLEEP * 1e9 and table["wait_ns"].iloc[1] == 0
     text = D.text(job)
     assert "straggler: rank 1, last at 3 of 3 collectives, making the others wait up to" in text
@@ -104,8 +109,9 @@ def test_four_ranks(tmp_path):
     assert table["rank"].tolist() == [0, 1, 2, 3]
     assert table.loc[table["straggler"], "rank"].tolist() == [2]
     assert table["last_arrivals"].tolist() == [0, 0, 2, 0]
-    # (four processes on two cores: at least half the sleep, per step)
-    assert (table.loc[table["rank"] != 2, "wait_ns"] >= 0.5 * SLEEP * 1e9).all()
+    # rank 2 sleeps once the others' all_reduce calls have begun (dist_worker.py): each waits
+    # at least SLEEP per step, less 20% for the clocks' error, however loaded the machine
+    assert (table.loc[table["rank"] != 2, "wait_ns"] >= 0.8 * SLEEP * 1e9).all()
     assert len({xsp.load(p).meta["job_id"] for p in paths}) == 1
 
 

@@ -1,11 +1,15 @@
 """Asynchronous exceptions at any moment of a profile: KeyboardInterrupt injected at every line
 xsp executes while making, starting and stopping a profile (sys.settrace), and delivered by a
-timer at random moments of 2,000 short profiles (setitimer), at levels M, L and ML.
+signal raised at the n-th checkpoint of 2,000 short profiles (every one of them once, then
+random ones; counted by the core's fake clock, not by time), at levels M, L and ML.
 
 The guarantee (docs/design.md, "Interrupts"): afterwards no callback, wrapper or session stays
 installed, the next profile records exactly what a clean one does, and the trace is kept
 whenever recording had started (meta "interrupted" says so) or the exception says it was lost.
 """
+import collections
+import contextlib
+import gc
 import random
 import signal
 import sys
@@ -67,15 +71,6 @@ def _check_after(prof, levels, what):
         assert tr is not None, "%s: recording had started but the trace is gone" % what
         assert tr.meta["levels"] == levels
     assert _clean(levels) == REFERENCE[levels], "%s: the next profile differs" % what
-
-
-def _one(levels):
-    """One short profile as a user writes it; returns the profile object when it was made."""
-    prof = None
-    prof = xsp.profile(levels=levels)
-    with prof:
-        MODEL(X)
-    return prof
 
 
 # -- every line --------------------------------------------------------------------------------
@@ -175,100 +170,176 @@ def test_interrupt_in_the_block_is_marked_and_the_trace_kept():
 
 
 # -- random moments ----------------------------------------------------------------------------
+#
+# A signal at the n-th checkpoint, not after a delay.  The core's fake clock numbers its
+# checkpoints (every clock reading: the core's start, each span's begin and end, stop), and
+# _core.fake_clock_signal(at, signum) makes the reading that returns `at` raise(3) the signal
+# from inside that C code (the torch callback of an op, the module wrapper, start, stop with
+# the GIL released).  CPython's C handler only marks it pending; the Python handler runs at the
+# next bytecode boundary, wherever that is, exactly as for a SIGINT from the terminal.  Which
+# moment is hit no longer depends on the machine's speed, so every outcome is known before the
+# run and counted exactly.
 
-class _Alarm(Exception):
-    pass
+STEP = 10          # ns per fake clock reading
 
 
 def _handler(signum, frame):
     raise KeyboardInterrupt("SIGALRM")
 
 
-def _drain():
-    """Runs the handler of a signal that fired just before the timer was cancelled."""
+@contextlib.contextmanager
+def _alarm_handler():
+    """SIGALRM's handler raises KeyboardInterrupt, as SIGINT's does; the fake clock on, the
+    collector off (a finalizer it ran would take the pending KeyboardInterrupt and report it
+    as unraisable: CPython's doing, not xsp's, and it would make the counts below
+    nondeterministic); all restored afterwards."""
+    assert threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGALRM, _handler)
+    gc_was = gc.isenabled()
+    gc.disable()
+    _core.set_fake_clock(10 ** 9, STEP)
     try:
-        for _ in range(1000):
-            pass
-    except KeyboardInterrupt:
-        pass
+        yield
+    finally:
+        _core.set_fake_clock(0, 0)            # disarms the signal too
+        signal.signal(signal.SIGALRM, old)
+        if gc_was:
+            gc.enable()
+
+
+def _settle():
+    """A Python call: its first instruction runs a signal that is still pending."""
+
+
+def _at(n):
+    """Arms SIGALRM at the n-th clock reading from now (n >= 1)."""
+    _core.fake_clock_signal(_core.now() + n * STEP, signal.SIGALRM)
+
+
+def _checkpoints(lv):
+    """A clean profile's clock readings under the fake clock, counted from a reading the caller
+    takes just before making the profile (reading 0) to the one just after its block (N + 1):
+    (N, the reading of the first span's begin, the reading after the last span's end)."""
+    a = _core.now()
+    with xsp.profile(levels=lv) as prof:
+        MODEL(X)
+    b = _core.now()
+    tr = prof.trace
+    assert _spans(tr) == REFERENCE[lv]
+    return ((b - a) // STEP - 1, int(tr.start_ns.min() - a) // STEP,
+            int(tr.end_ns.max() - a) // STEP + 1)
+
+
+def _one_at(lv, n):
+    """One short profile as a user writes it, with SIGALRM at checkpoint n: 0 is the caller's
+    reading before the profile is made, N + 1 the caller's reading after its block (the
+    profile is complete), beyond that nothing fires.  Returns (outcome, the profile or None)."""
+    holder = {}
+    try:
+        _at(n + 1)                  # _at's own reading is not one of them
+        try:
+            _core.now()             # checkpoint 0
+            holder["prof"] = xsp.profile(levels=lv)
+            with holder["prof"]:
+                MODEL(X)
+            _core.now()             # checkpoint N + 1
+            _settle()
+        finally:
+            _core.fake_clock_signal(0, signal.SIGALRM)
+        return "completed", holder.get("prof")
+    except KeyboardInterrupt as exc:
+        assert str(exc) == "SIGALRM"
+        return "interrupted", holder.get("prof")
 
 
 def test_keyboard_interrupt_at_random_moments_of_2000_profiles():
-    """SIGALRM's handler raises KeyboardInterrupt, as SIGINT's does, at a random moment of each
-    of 2,000 short profiles (levels M, L and ML in turn); the delays span the whole profile,
-    from making it to the end of __exit__ (measured first)."""
-    assert threading.current_thread() is threading.main_thread()
-    # a large heap (other tests imported torch._dynamo or Inductor) makes the collector's
-    # pauses long and frequent, so that the profiles of the loop take longer than those
-    # timed before it and the alarms almost always win: move what exists out of its reach
-    import gc
-    gc.collect()
-    gc.freeze()
+    """A real signal (SIGALRM, whose handler raises KeyboardInterrupt as SIGINT's does) raised
+    at a checkpoint of each of 2,000 short profiles (levels M, L and ML in turn), delivered
+    wherever CPython next checks for signals.  The moments are counted by the core's fake
+    clock, not by the wall clock (which made this test depend on the machine's load): first
+    every checkpoint of each level once, by construction before the profile is made, in
+    __enter__ before recording starts, inside recording (ops' and modules' begins and ends in
+    the torch callback and the module wrapper), during stop (after the last span's end: the
+    core's stop, GIL released) and after the block; then random ones (fixed seed).  Unlike the
+    line-by-line test above, the interrupt is raised from inside C code, as a Ctrl-C is.
+
+    Every outcome is known in advance: interrupted up to checkpoint N + 1, completed beyond;
+    the trace kept whenever recording had started, whole when the signal came during stop or
+    after the block (stop runs no Python at these levels: CPython delivers it after __exit__),
+    cut short and marked "KeyboardInterrupt in the block" or whole inside recording; nothing
+    left installed, and the next profile exact."""
     rng = random.Random(1234)
-    timings = {}
-    for lv in LEVELS:
-        import time
-        t0 = time.perf_counter()
-        for _ in range(20):
-            _one(lv)
-        timings[lv] = (time.perf_counter() - t0) / 20
-    old = signal.signal(signal.SIGALRM, _handler)
-    outcomes = {"interrupted": 0, "completed": 0, "trace kept": 0}
-    try:
-        for i in range(2000):
-            lv = LEVELS[i % 3]
-            delay = rng.uniform(1e-6, timings[lv] * 1.2)
-            holder = {}
-            try:
-                signal.setitimer(signal.ITIMER_REAL, delay)
-                try:
-                    holder["prof"] = xsp.profile(levels=lv)
-                    with holder["prof"]:
-                        MODEL(X)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                outcomes["completed"] += 1
-            except KeyboardInterrupt:
-                outcomes["interrupted"] += 1
-            _drain()
-            prof = holder.get("prof")
-            if prof is not None and prof.trace is not None:
-                outcomes["trace kept"] += 1
-            _check_after(prof, lv, "profile %d (%s, alarm after %.1f us)" % (i, lv, delay * 1e6))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        gc.unfreeze()
-    # the alarms did land inside profiles, and not always
-    assert outcomes["interrupted"] > 200, outcomes
-    assert outcomes["completed"] > 100, outcomes
+    outcomes = collections.Counter()
+    expected = collections.Counter()
+    with _alarm_handler():
+        points = {lv: _checkpoints(lv) for lv in LEVELS}
+        for lv, (n, r0, r1) in points.items():
+            assert 1 <= r0 < r1 <= n, (lv, points[lv])
+            assert _checkpoints(lv) == points[lv]           # the same every time
+        plan = [(lv, k) for lv in LEVELS for k in range(points[lv][0] + 3)]
+        plan += [(LEVELS[i % 3], rng.randint(0, points[LEVELS[i % 3]][0] + 2))
+                 for i in range(len(plan), 2000)]
+        for i, (lv, k) in enumerate(plan):
+            n, r0, r1 = points[lv]
+            phase = ("before the profile" if k == 0 else "before recording" if k < r0 else
+                     "recording" if k < r1 else "stop" if k <= n else
+                     "after the block" if k == n + 1 else "no signal")
+            expected["completed" if phase == "no signal" else "interrupted"] += 1
+            outcome, prof = _one_at(lv, k)
+            what = "profile %d (%s, signal at checkpoint %d of %d: %s)" % (i, lv, k, n, phase)
+            outcomes[outcome] += 1
+            assert outcome == ("completed" if phase == "no signal" else "interrupted"), what
+            _check_after(prof, lv, what)
+            tr = prof.trace if prof is not None else None
+            if phase == "before the profile":
+                assert tr is None, what
+            elif phase in ("stop", "after the block", "no signal"):
+                assert _spans(tr) == REFERENCE[lv] and "interrupted" not in tr.meta, what
+            elif phase == "recording":
+                spans = _spans(tr)
+                if "interrupted" in tr.meta:
+                    outcomes["cut short in the block"] += 1
+                    assert tr.meta["interrupted"] == "KeyboardInterrupt in the block", what
+                    assert spans == REFERENCE[lv][:len(spans)], what
+                else:
+                    assert spans == REFERENCE[lv], what
+    assert outcomes["interrupted"] == expected["interrupted"] > 1000
+    assert outcomes["completed"] == expected["completed"] > 50
+    assert outcomes["cut short in the block"] > 100
 
 
 def test_second_ctrl_c_during_a_long_stop():
     """A Ctrl-C that arrives while a large trace is merged (stop runs without the GIL): stop
     finishes, then the KeyboardInterrupt is raised, and the trace is whole.  300,000 ops from
-    a C++ loop (xsp._bench, dev builds) make the merge take tens of milliseconds; the alarm is
-    set as the block's last statement to fire 5 ms later, inside __exit__."""
+    a C++ loop (xsp._bench, dev builds); the signal is raised by stop's own clock reading (the
+    fake clock's checkpoint, counted ahead from two small runs: no timer that a fast merge
+    could outlast), and its replay and merge then run with it pending."""
     _bench = pytest.importorskip("xsp._bench")
-    import time
     n = 300_000
-    old = signal.signal(signal.SIGALRM, _handler)
-    try:
+
+    def readings(k):
+        a = _core.now()
+        with xsp.profile(levels="L") as p:
+            _bench.bench_add(k)
+        return (_core.now() - a) // STEP - 1, int(p.trace.end_ns.max() - a) // STEP
+
+    with _alarm_handler():
+        (r10, end10), (r20, end20) = readings(10), readings(20)
+        per_op = (r20 - r10) // 10                   # an op's begin and end
+        assert per_op == 2 and r10 - 10 * per_op == r20 - 20 * per_op
+        assert r10 - end10 == r20 - end20 == 1       # the last add ends, then the core stops
+        last = r10 + (n - 10) * per_op               # the core's stop reading
+        a = _core.now()
+        _core.fake_clock_signal(a + last * STEP, signal.SIGALRM)
         prof = xsp.profile(levels="L")
-        t0 = None
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt, match="SIGALRM"):
             with prof:
                 _bench.bench_add(n)
-                t0 = time.perf_counter()
-                signal.setitimer(signal.ITIMER_REAL, 0.005)
-        took = time.perf_counter() - t0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    assert took > 0.005          # the alarm fired during stop, not in the block
+        # the prediction held: the last add ended one reading before the armed one
+        assert prof.trace.end_ns.max() == a + (last - 1) * STEP
     tr = prof.trace
     assert len(tr.spans(kind="op", name="aten::add")) == n
-    assert tr.meta.get("interrupted") in (None, "KeyboardInterrupt during stop")
+    assert "interrupted" not in tr.meta        # delivered after __exit__, as designed
     assert _broken() == []
     assert _clean("ML") == REFERENCE["ML"]
 

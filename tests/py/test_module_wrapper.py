@@ -179,7 +179,7 @@ def test_a_call_that_spans_two_sessions_leaves_the_new_state_alone():
             if self.park:
                 self.park = False
                 parked.set()
-                go.wait(10)
+                go.wait(120)                # a hang guard only
             return self.lin(x)
 
     class Outer(nn.Module):
@@ -201,10 +201,10 @@ def test_a_call_that_spans_two_sessions_leaves_the_new_state_alone():
     t = threading.Thread(target=work)
     with xsp.profile(levels="ML"):
         t.start()
-        assert parked.wait(10)
+        assert parked.wait(120)
     with xsp.profile(levels="ML") as b:
         go.set()
-        t.join(10)
+        t.join(120)
     models = [s.name for s in b.trace.spans(kind="model")]
     # the parked call's inner linear ends in B (its module span began in A: not recorded);
     # then three model calls with their qualified module names

@@ -134,9 +134,10 @@ def test_now_is_nanoseconds():
     import time
     with xsp.profile():
         pass
+    lo = time.monotonic_ns()
     a = _core.now()
-    b = time.monotonic_ns()
-    assert abs(b - a) < 50_000_000
+    hi = time.monotonic_ns()
+    assert lo <= a <= hi          # both CLOCK_MONOTONIC: exact, however long each call took
 
 
 def test_a_trace_cannot_be_changed_so_saving_on_another_thread_is_safe(tmp_path):

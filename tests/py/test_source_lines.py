@@ -3,8 +3,10 @@ module's class) and "call_site" (file:line of the call), from the call sites bot
 wrappers look up (xsp._core.ModuleSites, csrc/python/modsites.c) and the session turns into
 strings at stop; and how the tree, to_pandas, the exports and the HTML report show them."""
 import functools
+import importlib.util
 import inspect
 import json
+import os
 import threading
 
 import pytest
@@ -312,6 +314,16 @@ def outer(a):
     return inner(a) * 2
 
 
+XSP_DIR = os.path.dirname(os.path.abspath(xsp.__file__)) + os.sep
+
+
+def xsp_frames(spans):
+    """The names of the python spans of xsp's own code: those whose file lies in xsp's package
+    directory (the prefix pystack.c skips).  Not every path with a folder named xsp in it: a
+    checkout cloned as .../xsp/ holds these tests, and a user's project may be called xsp."""
+    return [s.name for s in spans if s.name.startswith(XSP_DIR)]
+
+
 def frame_name(fn):
     """The name of fn's python spans, as torch.profiler names its python_function events."""
     code = fn.__code__
@@ -336,7 +348,7 @@ def test_with_stack_gives_each_op_its_python_stack():
         (frame_name(outer), "L", "region"), (frame_name(inner), "L", "python")]
     assert tr.stack_of(py[1]) == [frame_name(outer)]
     # xsp's own code is not recorded, nothing is left open or unmatched
-    assert not any("/xsp/" in s.name for s in py)
+    assert xsp_frames(py) == []
     assert tr.counters["unmatched_end"] == tr.counters["open_at_stop"] == 0
     # and the profile function is gone
     import sys
@@ -496,16 +508,38 @@ def test_with_stack_records_user_code_that_xsp_calls():
     stack = tr.stack_of(tr.spans(kind="op", name="aten::linear")[0])
     assert [s for s in stack if s.endswith(": forward")] == [
         frame_name(nn.Linear.forward), frame_name(Block.forward), frame_name(Net.forward)]
-    assert not any("/xsp/" in s.name for s in tr.spans(kind="python"))
+    assert xsp_frames(tr.spans(kind="python")) == []
 
+
+
+def test_with_stack_records_user_code_in_a_folder_named_xsp(tmp_path):
+    """Regression: the tests once took any frame whose path had "/xsp/" in it for xsp's own,
+    and failed in a checkout cloned as .../xsp/.  Code of the user's in a folder named xsp is
+    recorded, and the check (xsp's package directory) still finds no frame of xsp's."""
+    (tmp_path / "xsp").mkdir()
+    path = tmp_path / "xsp" / "user_code.py"
+    path.write_text("import torch\n"
+                    "def work(x):\n"
+                    "    return torch.add(x, x)\n")
+    spec = importlib.util.spec_from_file_location("user_code_in_xsp", str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with xsp.profile(levels="ML", with_stack=True) as prof:
+        mod.work(torch.ones(2))
+    tr = prof.trace
+    py = tr.spans(kind="python")
+    assert tr.stack_of(op(tr, "aten::add")) == ["%s(2): work" % path]
+    assert any("/xsp/" in s.name for s in py)       # what the old check took for xsp's
+    assert xsp_frames(py) == []
 
 
 def test_with_stack_under_xsp_run_records_the_script(tmp_path):
     """xsp run --with-stack: the script's own functions are spans (xsp's runner is left out,
-    not what it runs)."""
+    not what it runs), also for a script in a folder named xsp (see the test above)."""
     import subprocess
     import sys
-    script = tmp_path / "s.py"
+    (tmp_path / "xsp").mkdir()
+    script = tmp_path / "xsp" / "s.py"
     script.write_text("import torch\n"
                       "def work(x):\n"
                       "    return x * 2\n"
@@ -518,4 +552,5 @@ def test_with_stack_under_xsp_run_records_the_script(tmp_path):
     mul = tr.spans(kind="op", name="aten::mul")
     assert len(mul) == 1
     assert tr.stack_of(mul[0])[:2] == ["%s(2): work" % script, "%s(1): <module>" % script]
-    assert not any("/xsp/" in s.name for s in tr.spans(kind="python"))
+    assert any("/xsp/" in s.name for s in tr.spans(kind="python"))
+    assert xsp_frames(tr.spans(kind="python")) == []

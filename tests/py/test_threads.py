@@ -1,7 +1,6 @@
 """Profiling code that runs on several Python threads at once."""
 import collections
 import threading
-import time
 
 import torch
 
@@ -9,6 +8,11 @@ import xsp
 from helpers import check_tree, main_tid
 import models
 from models import CNN_MODULE_CALLS, ENCODER_MODULE_CALLS
+
+# Seconds a wait may take before the test calls it a hang.  Only a hang guard: the order of
+# events comes from barriers and events, never from how long something took, so a loaded
+# machine only makes the tests slower.
+HANG = 120
 
 
 def _run_in_threads(jobs):
@@ -48,7 +52,7 @@ def test_two_threads_forward():
     enc(xe)
     # both threads meet inside their model calls, so the two model spans surely overlap
     inside = threading.Barrier(2)
-    hooks = [m.register_forward_pre_hook(lambda mod, args: None if inside.wait(5) else None)
+    hooks = [m.register_forward_pre_hook(lambda mod, args: None if inside.wait(HANG) else None)
              for m in (cnn.layer1, enc.layer)]
     try:
         trace, tids = _run_in_threads([("t-cnn", lambda: cnn(xc)), ("t-enc", lambda: enc(xe))])
@@ -122,20 +126,29 @@ def test_thread_running_across_start_and_stop():
     a = torch.ones(4)
     stop = threading.Event()
     started = threading.Event()
+    reached = threading.Event()
+    done = [0]          # adds the spinner finished
+    want = [None]       # the count at which it sets `reached`
 
     def spin():
         while not stop.is_set():
             torch.add(a, a)
+            done[0] += 1
             started.set()
+            if want[0] is not None and done[0] >= want[0]:
+                reached.set()
 
     t = threading.Thread(target=spin, name="spinner")
     t.start()
     try:
-        started.wait()
+        assert started.wait(HANG)
         with xsp.profile() as prof:
             for _ in range(50):
                 torch.mul(a, a)
-            time.sleep(0.02)           # lets the spinner take the GIL for a while
+            # two more adds of the spinner's, whatever the machine's load: the first may have
+            # begun before the start, the second begins after it and ends before the stop
+            want[0] = done[0] + 2
+            assert reached.wait(HANG)
     finally:
         stop.set()
         t.join()
