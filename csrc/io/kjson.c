@@ -1130,13 +1130,16 @@ static int status(xsp_kjson *r, yajl_status st, const unsigned char *buf, size_t
     }
     unsigned char *e = yajl_get_error(r->h, 0, buf, len);
     const char *msg = e ? (const char *)e : "malformed";
-    int64_t off = here(r);
+    size_t ml = strlen(msg);
+    while (ml && (msg[ml - 1] == '\n' || msg[ml - 1] == ' '))      /* yajl ends it in "\n" */
+        ml--;
+    int64_t off = here(r) - (yajl_get_bytes_consumed(r->h) > 0);    /* the offending byte */
     if (strstr(msg, "UTF8"))
         xsp_kj_fail(r, -1, bad_utf8(r, buf, yajl_get_bytes_consumed(r->h)), "not UTF-8");
     else if (strstr(msg, "premature EOF"))
         xsp_kj_fail(r, -1, off, "malformed JSON: the text ends inside a value");
     else
-        xsp_kj_fail(r, -1, off, "malformed JSON: %s", msg);
+        xsp_kj_fail(r, -1, off, "malformed JSON: %.*s", (int)ml, msg);
     if (e)
         yajl_free_error(r->h, e);
     return -1;

@@ -402,7 +402,7 @@ def test_gzip_and_the_cli(traces, tmp_path):
     (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1e999, "dur": 2}]}',
      "event 0: ts 1e999 is out of range (more than 2**63 ns)", None, 0),
     (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": Infinity, "dur": 2}]}',
-     "malformed JSON", 49, None),
+     "malformed JSON", 48, None),
     (b'{"traceEvents": []}', "no complete events", None, None),
     (b'\x1f\x8bnot gzip', "not a gzip file", 0, None),
     (b'{"traceEvents": ["\xff"]}', "not UTF-8", 18, None),
