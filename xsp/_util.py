@@ -1,7 +1,9 @@
 """Small helpers shared by the Python modules: duration formatting and atomic file writes."""
+import errno
 import itertools
 import math
 import os
+import secrets
 
 
 def _number(v):
@@ -48,25 +50,84 @@ def printable(text):
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-_tmp_serial = itertools.count()
+# Temporary names.  The C writer (xsp_trace_save, csrc/io/tracefile.c) and atomic_write use
+# one scheme, ".<base>.<16 random hex digits>.<n>.tmp" beside the target (docs/format.md): a
+# fresh random part per attempt and a per-process counter, opened O_EXCL|O_NOFOLLOW, so that
+# no two writers share a name and nothing at a name (a symlink someone planted) is followed.
+TMP_TRIES = 100             # names tried before a write gives up (FileExistsError)
+TMP_BASE_MAX = 200          # bytes of the target's name kept in a temporary name
+_tmp_serial = itertools.count()         # next() on a count is atomic: no lock
+
+
+def _tmp_random():
+    """The random part of a temporary name (a seam: tests replace it to plant at the exact
+    name the next write will try)."""
+    return secrets.token_hex(8)
+
+
+def _tmp_create(path):
+    """A new temporary file beside path, never an existing file and never through a link:
+    returns (fd, name), or raises OSError (FileExistsError after TMP_TRIES taken names)."""
+    head, base = os.path.split(path)
+    raw = os.fsencode(base)
+    if len(raw) > TMP_BASE_MAX:
+        base = os.fsdecode(raw[:TMP_BASE_MAX])
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(TMP_TRIES):
+        tmp = os.path.join(head, ".%s.%s.%d.tmp" % (base, _tmp_random(), next(_tmp_serial)))
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name after %d tries" % TMP_TRIES,
+                          tmp)
+
+
+def _sync_dir(path):
+    """fsyncs the directory holding path, so that a rename into it is on disk; best effort, as
+    the C writer (a directory that cannot be opened or synced is skipped: the file is there)."""
+    try:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path, write, binary=False):
     """Calls write(f) on a new file beside path (text, UTF-8 with lone surrogates written as
-    '?'; bytes with binary=True), then renames it over path, so a reader never sees half a
-    file and a failure leaves what was there.  The file gets the usual permissions (0666 less the umask).  Raises what write
-    or the file system raises (OSError), after removing the temporary file."""
+    '?'; bytes with binary=True), fsyncs it and renames it over path, so that a reader never
+    sees half a file, whatever other threads and processes write there at the same time, and
+    a failure leaves what was there.  The temporary file has a fresh unpredictable name,
+    created O_EXCL|O_NOFOLLOW (never an existing file, never through a symlink), and the usual
+    permissions (0666 less the umask).  Raises what write or the file system raises (OSError),
+    after removing the temporary file."""
     path = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), ".%s.%d.%d.tmp" % (
-        os.path.basename(path), os.getpid(), next(_tmp_serial)))
+    fd, tmp = _tmp_create(path)
     try:
-        with (open(tmp, "xb") if binary else
-              open(tmp, "x", encoding="utf-8", errors="replace")) as f:
+        f = open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", errors="replace")
+    except BaseException:
+        os.close(fd)
+        _unlink(tmp)
+        raise
+    try:
+        with f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
+    _sync_dir(path)
+
+
+def _unlink(tmp):
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass

@@ -62,10 +62,13 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <msgpack.h>
@@ -261,6 +264,105 @@ int xsp_trace_dump(const xsp_trace *t, char **buf, size_t *len, char *err, size_
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Saving
+ *
+ * A save writes the whole file under a temporary name in path's directory, fsyncs it,
+ * renames it over path and fsyncs the directory, so a reader of path sees the old file or
+ * the new one, whole, never a part (rename is atomic), and after a crash path holds one of
+ * the two (the data is on disk before the rename is, and the rename before we return).
+ *
+ * The temporary name is ".<base>.<16 hex digits>.<n>.tmp" beside path: base is path's last
+ * component (cut to TMP_BASE_MAX bytes so that the name fits NAME_MAX), the digits are 8
+ * random bytes fresh for each attempt (getrandom(2), else /dev/urandom) and n a per-process
+ * counter, so that no two calls, in any threads or processes, pick the same name.  It is
+ * opened O_CREAT|O_EXCL|O_NOFOLLOW: whatever is already at that name (a file, a symlink that
+ * someone who can write the directory planted, dangling or not) makes the open fail with
+ * EEXIST instead of being followed or truncated, and the writer tries another name, up to
+ * TMP_TRIES times.  The random part keeps the names unpredictable, so that planting at them
+ * cannot even make a save fail; O_EXCL alone keeps it safe should no randomness be had.
+ *
+ * Historical note: the first writer used "<path>.tmp.<pid>" opened O_CREAT|O_TRUNC, which
+ * followed a symlink planted at that name (overwriting the file it pointed to) and made all
+ * threads of a process write the same file at once (failed saves, torn loads).
+ * ---------------------------------------------------------------------------------------- */
+
+#define TMP_TRIES 100       /* names tried before a save gives up with EEXIST */
+#define TMP_BASE_MAX 200    /* bytes of path's last component kept in a temporary name */
+
+/* Per-process count of temporary names made; atomic, no lock. */
+static atomic_uint_fast64_t tmp_serial;
+
+/* Fills b with n random bytes: getrandom(2), else /dev/urandom, else (no randomness at all:
+ * names are then predictable but still never followed, see above) the clock and the pid. */
+static void tmp_random(unsigned char *b, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = getrandom(b + got, n - got, GRND_NONBLOCK);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    if (got == n)
+        return;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        while (got < n) {
+            ssize_t k = read(fd, b + got, n - got);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                break;
+            got += (size_t)k;
+        }
+        close(fd);
+    }
+    if (got == n)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)getpid() << 40;
+    for (size_t i = got; i < n; i++, x >>= 8)
+        b[i] = (unsigned char)x;
+}
+
+/* Writes a new temporary name for path into tmp (tmplen bytes, at least strlen(path) + 64). */
+static void tmp_name(const char *path, char *tmp, size_t tmplen)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dirlen = (int)(base - path);
+    size_t blen = strlen(base);
+    int baselen = (int)(blen > TMP_BASE_MAX ? TMP_BASE_MAX : blen);
+    unsigned char r[8];
+    tmp_random(r, sizeof r);
+    uint64_t rnd = 0;
+    for (size_t i = 0; i < sizeof r; i++)
+        rnd = rnd << 8 | r[i];
+    uint64_t n = atomic_fetch_add(&tmp_serial, 1);
+    snprintf(tmp, tmplen, "%.*s.%.*s.%016" PRIx64 ".%" PRIu64 ".tmp", dirlen, path, baselen,
+             base, rnd, n);
+}
+
+/* Creates a new temporary file for path (never an existing one, never through a link) and
+ * writes its name into tmp (tmplen bytes).  Returns the open descriptor, or -1 (errno set;
+ * EEXIST after TMP_TRIES names were all taken; nothing was created). */
+static int tmp_create(const char *path, char *tmp, size_t tmplen)
+{
+    for (int i = 0; i < TMP_TRIES; i++) {
+        tmp_name(path, tmp, tmplen);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 /* Writes all n bytes to fd, retrying short writes. Returns 0 or -1 (errno set). */
 static int write_all(int fd, const char *p, size_t n)
 {
@@ -276,20 +378,21 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* Writes buf to the new file tmp: create, write, fsync, close. Returns 0 or -1 (errno set;
- * the file may exist). */
-static int write_file(const char *tmp, const char *buf, size_t len)
+/* fsyncs the directory that holds path, so that a rename into it is on disk.  Best effort,
+ * errors ignored (a directory that cannot be opened for reading, a file system that cannot
+ * sync directories): the file is in place by then, and the save has succeeded. */
+static void sync_dir(const char *path)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return -1;
-    if (write_all(fd, buf, len) != 0 || fsync(fd) != 0) {
-        int e = errno;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
+    if (slash && !dir)
+        return;
+    int fd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd >= 0) {
+        (void)fsync(fd);
         close(fd);
-        errno = e;
-        return -1;
     }
-    return close(fd);
 }
 
 int xsp_trace_save(const xsp_trace *t, const char *path, char *err, size_t errlen)
@@ -300,25 +403,36 @@ int xsp_trace_save(const xsp_trace *t, const char *path, char *err, size_t errle
         snprintf(err, errlen, "cannot save '%s': %s", path, why);
         return -1;
     }
-    size_t tmplen = strlen(path) + 32;
+    size_t tmplen = strlen(path) + 64;
     char *tmp = malloc(tmplen);
     if (!tmp) {
         free(buf);
         snprintf(err, errlen, "cannot save '%s': out of memory", path);
         return -1;
     }
-    snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-    int rc = write_file(tmp, buf, len);
-    if (rc == 0)
-        rc = rename(tmp, path);
-    if (rc != 0) {
-        int e = errno;
-        unlink(tmp);
-        snprintf(err, errlen, "cannot save '%s': %s", path, strerror(e));
+    int rc = -1, e = 0;
+    int fd = tmp_create(path, tmp, tmplen);
+    if (fd < 0) {
+        e = errno;
+    } else {
+        if (write_all(fd, buf, len) == 0 && fsync(fd) == 0)
+            rc = 0;
+        else
+            e = errno;
+        if (close(fd) != 0 && rc == 0)
+            rc = -1, e = errno;
+        if (rc == 0 && rename(tmp, path) != 0)
+            rc = -1, e = errno;
+        if (rc != 0)
+            unlink(tmp);
     }
+    if (rc != 0)
+        snprintf(err, errlen, "cannot save '%s': %s", path, strerror(e));
+    else
+        sync_dir(path);
     free(tmp);
     free(buf);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------

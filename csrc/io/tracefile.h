@@ -26,9 +26,14 @@ enum xsp_load_error { XSP_LOAD_OK = 0, XSP_LOAD_IO = 1, XSP_LOAD_FORMAT = 2, XSP
  * a format limit (more than 613 million spans); *buf is then NULL.  t is not modified. */
 int xsp_trace_dump(const xsp_trace *t, char **buf, size_t *len, char *err, size_t errlen);
 
-/* Writes t to path (created or truncated), via a temporary file renamed into place so that a
- * failed save never leaves a half-written file under path.  Returns 0, or -1 with a message
- * naming the path and the system error in err. */
+/* Writes t to path, replacing what is there: the bytes go to a new temporary file in path's
+ * directory (a fresh unpredictable name per call, created with O_EXCL|O_NOFOLLOW, so never
+ * an existing file nor through a symlink; mode 0666 less the umask), which is fsynced and
+ * renamed over path, then the directory is fsynced.  So a reader of path sees the old file
+ * or the new one whole, whatever other threads and processes save there at the same time,
+ * and a symlink at path itself is replaced, not followed.  Returns 0, or -1 with a message
+ * naming the path and the system error in err (errlen bytes); on failure path is unchanged
+ * and no temporary file is left.  t is not modified; safe to call from several threads. */
 int xsp_trace_save(const xsp_trace *t, const char *path, char *err, size_t errlen);
 
 /* Parses len bytes at buf.  Returns a new trace (caller frees with xsp_trace_free), or NULL

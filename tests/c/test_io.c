@@ -21,6 +21,7 @@
  *       tests/c/test_io.c csrc/io/ *.c csrc/core/strtab.c csrc/core/trace.c \
  *       $(pkg-config --cflags --libs msgpack) -o /tmp/test_io && /tmp/test_io
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -530,19 +531,48 @@ static void test_noncanonical_attrs(void)
     xsp_trace_free(t);
 }
 
+/* The number of entries in directory dir, "." and ".." left out (-1 when it cannot be read):
+ * what a save leaves there, temporary files included. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
 static void test_save_load(void)
 {
-    char path[128], dir[128], tmp[160], err[512];
-    snprintf(path, sizeof path, "/tmp/xsp_test_io_%ld.xsp", (long)getpid());
+    char home[128], path[160], dir[160], err[512];
+    snprintf(home, sizeof home, "/tmp/xsp_test_io_%ld", (long)getpid());
+    CHECK(mkdir(home, 0700) == 0);
+    snprintf(path, sizeof path, "%s/t.xsp", home);
+    /* regression guard (bug: the temporary file was "<path>.tmp.<pid>", opened O_TRUNC
+     * without O_NOFOLLOW: a symlink planted there had its target overwritten) */
+    char victim[192], link[192];
+    snprintf(victim, sizeof victim, "%s/victim", home);
+    snprintf(link, sizeof link, "%s.tmp.%ld", path, (long)getpid());
+    FILE *v = fopen(victim, "wb");
+    fputs("keep", v);
+    fclose(v);
+    CHECK(symlink(victim, link) == 0);
     xsp_trace *t = sample_trace(1);
     CHECKM(xsp_trace_save(t, path, err, sizeof err) == 0, err);
+    CHECKM(xsp_trace_save(t, path, err, sizeof err) == 0, err);    /* over the first */
     int kind = -1;
     uint64_t off = 1;
     xsp_trace *u = xsp_trace_load(path, &kind, &off, err, sizeof err);
     CHECKM(u != NULL && kind == XSP_LOAD_OK && xsp_trace_equal(t, u), err);
     xsp_trace_free(u);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    CHECK(access(tmp, F_OK) != 0);
+    struct stat st;
+    CHECK(stat(victim, &st) == 0 && st.st_size == 4);
+    CHECK(count_entries(home) == 3);            /* t.xsp, victim, link: no temporary file */
+    unlink(link);
+    unlink(victim);
 
     /* a corrupt file on disk: format error, message names the path */
     FILE *f = fopen(path, "r+b");
@@ -558,15 +588,15 @@ static void test_save_load(void)
     CHECKM(!u && kind == XSP_LOAD_IO && strstr(err, path) && strstr(err, strerror(ENOENT)), err);
 
     /* saving over a directory fails at rename, names the path, leaves no temporary file */
-    snprintf(dir, sizeof dir, "/tmp/xsp_test_io_dir_%ld", (long)getpid());
+    snprintf(dir, sizeof dir, "%s/sub", home);
     mkdir(dir, 0700);
     CHECK(xsp_trace_save(t, dir, err, sizeof err) == -1);
     CHECKM(strstr(err, dir) != NULL, err);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
-    CHECK(access(tmp, F_OK) != 0);
+    CHECK(count_entries(home) == 1 && count_entries(dir) == 0);
     u = xsp_trace_load(dir, &kind, &off, err, sizeof err);
     CHECKM(!u && kind == XSP_LOAD_IO && strstr(err, dir), err);
     rmdir(dir);
+    rmdir(home);
 
     /* saving into a missing directory */
     CHECK(xsp_trace_save(t, "/nonexistent-xsp-dir/t.xsp", err, sizeof err) == -1);
