@@ -155,4 +155,47 @@ int xsp_kj_decimal(const char *s, size_t n, int scale, int64_t *out);
 /* The Python name of a KV_* type, for messages ("int", "str", "list", ...). */
 const char *xsp_kj_type_name(int type);
 
+/* -- shared by kjson.c, kjvalue.c and kjevent.c (one event's worth of work each) ------------ */
+
+/* A scalar token as yajl gave it. */
+typedef struct tok {
+    int type;                   /* KV_* */
+    const char *s;              /* KV_STR: the bytes; KV_INT / KV_NUM: the number's text */
+    size_t n;                   /* their length */
+    int64_t i;                  /* KV_BOOL: 0 or 1 */
+} tok;
+
+/* Sets the error "out of memory" (err.nomem) and returns -1. */
+int xsp_kj_nomem(xsp_kjson *r);
+/* Grows *p (of *cap elements of size sz) to hold n + 1; 0 or -1 (unchanged). */
+int xsp_kj_grow(void **p, uint32_t *cap, uint32_t n, size_t sz);
+/* Appends n bytes to r->buf; 0 or -1 (out of memory, set). */
+int xsp_kj_put(xsp_kjson *r, const char *s, size_t n);
+/* Appends s[0..n) to r->buf as a JSON string; 0 or -1. */
+int xsp_kj_put_json_string(xsp_kjson *r, const unsigned char *s, size_t n);
+/* Interns s[0..n) into the trace's strings: its id, or UINT32_MAX (out of memory, set). */
+uint32_t xsp_kj_intern(xsp_kjson *r, const void *s, size_t n);
+
+/* 1 when the JSON number text s[0..n) has no fraction and no exponent. */
+int xsp_kj_is_integer(const char *s, size_t n);
+/* The integer text s[0..n) as an int64 in *out; 0, or -1 when it does not fit. */
+int xsp_kj_parse_i64(const char *s, size_t n, int64_t *out);
+/* A token as a kj_val (strings and non-int64 numbers interned); 0 or -1. */
+int xsp_kj_to_val(xsp_kjson *r, const tok *k, kj_val *v);
+/* A token as ts or dur: exact ns, or why not.  Cannot fail. */
+void xsp_kj_to_time(const tok *k, kj_time *t);
+/* A scalar arg value: its attribute set (0), or -1 with the error set. */
+int xsp_kj_arg_scalar(xsp_kjson *r, const tok *k);
+/* The JSON text in r->buf, ended, as the value of the arg it belongs to; 0 or -1. */
+int xsp_kj_arg_json_done(xsp_kjson *r);
+/* The separator before a value in the JSON-text array being built; 0 or -1. */
+int xsp_kj_json_sep(xsp_kjson *r);
+/* A scalar inside a list or object arg, appended to its JSON text; 0 or -1. */
+int xsp_kj_json_scalar(xsp_kjson *r, const tok *k);
+
+/* An element of traceEvents begins (an object). Cannot fail. */
+void xsp_kj_begin_event(xsp_kjson *r);
+/* It ends: judged whole (kjevent.c); 0, or -1 with the error set (naming event and field). */
+int xsp_kj_end_event(xsp_kjson *r);
+
 #endif

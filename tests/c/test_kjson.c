@@ -189,7 +189,7 @@ static void test_refused(void)
     refused("[1]", "no traceEvents list", -1, -1);
     refused("", "no value", -1, 0);
     refused("{\"traceEvents\": [{}, {}", "ends inside a value", -1, 23);
-    refused("{\"traceEvents\": []} x", "malformed JSON", -1, 21);
+    refused("{\"traceEvents\": []} x", "malformed JSON", -1, 20);
     refused("{\"traceEvents\": [\"a\xff\"]}", "not UTF-8", -1, 19);
     refused("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": -5, \"dur\": 1}]}",
             "before time 0", 0, -1);
