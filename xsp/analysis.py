@@ -40,6 +40,7 @@ class _Source:
         self._iteration_of = None
         self._phase_masks = None    # _phase_masks(self), once computed
         self.dropped_tail = None    # (span id, why) of a last step that is not an iteration
+        self.setup_rule = None      # how windows() decided the setup: a sentence, or None
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
         if isinstance(source, Trace):
             self.df = source.to_pandas()
@@ -159,9 +160,21 @@ class _Source:
             flags = self.col("flags", 0).astype(np.int64)
             first, last = steps[0], steps[-1]
             seg0 = names[first] == "step#0" and self.measurement is None
-            at_end = seg0 and first in first_call     # step() called at the end of each one
+            # no model call anywhere (plain tensor code): none to carve step#0 at, so step#0 is
+            # the first iteration when it did any work (step() at the end of each iteration)
+            # and all setup only when empty (step() at the start of each one)
+            bare0 = seg0 and not len(calls) and bool((self.parent == first).any())
+            at_end = seg0 and (first in first_call or bare0)   # step() ends each iteration
             ended = self.meta.get("interrupted") or self.meta.get("exception")
             for k in steps.tolist():
+                if k == first and bare0:
+                    ids.append(k)
+                    st.append(int(start[k]))
+                    en.append(int(end[k]))
+                    self.setup_rule = ("no setup: the trace has no model call to carve step#0 "
+                                       "at, so step#0 (the work before the first step()) is "
+                                       "iteration 0")
+                    continue
                 if k == first and seg0:
                     # the work before the first step(): setup, and when it holds a model call
                     # (step() called at the end of each iteration), an iteration from that
@@ -169,7 +182,14 @@ class _Source:
                     c = first_call.get(k)
                     if c is None:
                         setup = (k, int(start[k]), int(end[k]))
+                        self.setup_rule = (
+                            "step#0 holds no model call (step() starts each iteration): it is "
+                            "all setup" if len(calls) else "step#0 is empty (step() starts "
+                            "each iteration): it is all setup")
                         continue
+                    self.setup_rule = ("step() ends each iteration (step#0 holds a model "
+                                       "call): iteration 0 is step#0 from its first model call "
+                                       "on, what came before is setup")
                     setup = (k, int(start[k]), c)
                     ids.append(k)
                     st.append(c)
@@ -182,8 +202,10 @@ class _Source:
                     if len(calls) and not has_call[k]:
                         why = "no model call in it"
                     elif at_end:
-                        why = ("step() ends each iteration (step#0 holds a model call), so what "
-                               "follows the last step() is a leftover")
+                        why = ("step() ends each iteration (step#0 holds %s), so what follows "
+                               "the last step() is a leftover"
+                               % ("work and no step has a model call" if bare0
+                                  else "a model call"))
                     elif ended:
                         why = "the block ended with %s: the step is incomplete" % ended
                     if why is not None:

@@ -230,6 +230,10 @@ class _Summary:
                     lines.append("note: iteration 0 is step#0 from its first model call on: "
                                  "what its step did before the model call (data, zero_grad) "
                                  "is in the setup")
+                elif self.src.setup_rule is not None:
+                    lines.append("note: %s" % self.src.setup_rule)
+            elif self.src.setup_rule is not None:       # step#0 is iteration 0, whole
+                lines.append(self.src.setup_rule)
             if self.src.dropped_tail is not None:
                 lines.append("not an iteration: the step after the last step() (%s)"
                              % self.src.dropped_tail[1])

@@ -96,6 +96,81 @@ def test_five_steps_give_five_iterations_step_at_the_start_and_a_tail_is_dropped
     assert A._src(tr).iteration_of()[zeros.id] == -1
 
 
+def test_steps_around_plain_tensor_code_give_one_iteration_per_step_call():
+    """Regression guard (issue 27: three step() calls around tensor code with no nn.Module
+    gave 2 iterations, step#0 being taken as setup though it was the first iteration's work):
+    with no model call to carve step#0 at, step#0 is iteration 0 when it did work, and all
+    setup when empty; the report says which."""
+    a = torch.randn(16, 16)
+
+    def work():
+        return (a @ a).relu()
+    with xsp.profile() as prof:             # step() at the end of each iteration
+        for _ in range(3):
+            work()
+            xsp.step()
+    tr = prof.trace
+    assert [s.name for s in tr.spans(kind="step")] == ["step#0", "step#1", "step#2"]
+    it = A.model_latency(tr)
+    assert it["name"].tolist() == ["step#0", "step#1", "step#2"]
+    assert it["latency_ns"].tolist() == [s.duration_ns for s in tr.spans(kind="step")]
+    assert A.setup(tr) is None
+    of = A._src(tr).iteration_of()
+    assert [of[s.id] for s in tr.spans(name="aten::relu")] == [0, 1, 2]
+    assert ("no setup: the trace has no model call to carve step#0 at, so step#0 (the work "
+            "before the first step()) is iteration 0") in report.text(tr)
+    with xsp.profile() as prof:             # step() at the start: step#0 is empty
+        for _ in range(3):
+            xsp.step()
+            work()
+    tr = prof.trace
+    assert A.model_latency(tr)["name"].tolist() == ["step#1", "step#2", "step#3"]
+    s0 = tr.spans(name="step#0")[0]
+    assert A.setup(tr) == {"id": s0.id, "start_ns": s0.start_ns, "duration_ns": s0.duration_ns}
+    assert "note: step#0 is empty (step() starts each iteration): it is all setup" \
+        in report.text(tr)
+    with xsp.profile() as prof:             # step() at the end, and work after the loop
+        for _ in range(3):
+            work()
+            xsp.step()
+        torch.zeros(3)
+    tr = prof.trace
+    assert len(tr.spans(kind="step")) == 4
+    assert A.model_latency(tr)["name"].tolist() == ["step#0", "step#1", "step#2"]
+    assert A._src(tr).iteration_of()[tr.spans(name="aten::zeros")[0].id] == -1
+    assert ("not an iteration: the step after the last step() (step() ends each iteration "
+            "(step#0 holds work and no step has a model call), so what follows the last "
+            "step() is a leftover)") in report.text(tr)
+
+
+def test_steps_around_a_real_model_give_one_iteration_per_step_call():
+    """The same loops on a real model (a CNN, forward and backward): step#0 is carved at its
+    first model call (step() at the end) or is all setup (step() at the start), never taken
+    whole as iteration 0."""
+    import models
+    model, x = models.cnn()
+    for step_first in (False, True):
+        with xsp.profile() as prof:
+            torch.ones(2)                   # setup before the loop
+            for _ in range(3):
+                if step_first:
+                    xsp.step()
+                models.fwd_bwd(model, x)
+                if not step_first:
+                    xsp.step()
+        tr = prof.trace
+        it = A.model_latency(tr)
+        names = ["step#1", "step#2", "step#3"] if step_first else ["step#0", "step#1", "step#2"]
+        assert it["name"].tolist() == names
+        assert len(tr.spans(kind="model")) == 3
+        s0, su = tr.spans(name="step#0")[0], A.setup(tr)
+        first = [s for s in tr.spans(kind="model") if s.parent == s0.id]
+        assert su["id"] == s0.id and su["duration_ns"] == (
+            first[0].start_ns - s0.start_ns if not step_first else s0.duration_ns)
+        assert A._src(tr).iteration_of()[tr.spans(name="aten::ones")[0].id] == -1
+        assert "no setup" not in report.text(tr)
+
+
 def test_the_loss_is_a_layer_not_a_model():
     tr = train(2)
     assert [s.name for s in tr.spans(kind="model")] == ["Net", "Net"]
