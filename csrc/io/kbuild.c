@@ -19,7 +19,10 @@
  *   6. the spans in trace order (start, depth, file order), the region first;
  *   7. backward functions linked to their forward op (attribute "fwd_op"): through fwdbwd flows
  *      (s at the op's start, f at the backward node's start), else the last op before it with
- *      the same sequence number.
+ *      the same sequence number;
+ *   8. the memory events (profile_memory's "[memory]" instants) folded into the innermost span
+ *      open at their time on their thread, as mem.<dev>.* attributes (those are added last,
+ *      with xsp_trace_add_span_attrs, which lays the attributes out again in span order).
  *
  * Attributes stay where kjson.c put them (t->attrs in file order, each span's contiguous,
  * with its reserved slot filled for api or fwd_op); those of events that became no span are
@@ -27,6 +30,7 @@
  */
 #include "kjson_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +123,8 @@ struct build {
     uint32_t  *gstart;  /* per pair: its first index in cpu (after the sort), n_pairs + 1 */
     uint32_t   n_pairs;
     kmap       pairs;   /* (pid key << 32 | tid key) -> pair id */
+    uint32_t  *mpair;   /* per memory event: its pair id (NONE: a thread without spans) */
+    int64_t   *mts;     /* per memory event: its time, ns */
     int64_t    overlaps, clamped, unattributed;
 };
 
@@ -563,6 +569,158 @@ static int pass_spans(build *b, uint32_t region, int64_t lo, int64_t hi)
     return 0;
 }
 
+static int by_mem(const build *b, uint32_t x, uint32_t y)
+{
+    if (b->mpair[x] != b->mpair[y])
+        return b->mpair[x] < b->mpair[y];
+    return b->mts[x] < b->mts[y];               /* file order by stability */
+}
+
+/* What the memory events of one span and device add up to (mem.<dev>.* attributes). */
+typedef struct mem_sum {
+    uint32_t span;      /* span id */
+    uint32_t dev;       /* 0 cpu, 1 cuda, 2 other */
+    int64_t  f[6];      /* allocs, alloc_bytes, frees, freed_bytes, peak, total */
+} mem_sum;
+
+static int by_span(const void *a, const void *c)
+{
+    const mem_sum *x = a, *y = c;
+    return x->span != y->span ? (x->span < y->span ? -1 : 1) : 0;
+}
+
+/* Folds event m into the sum of record x (NONE: outside every span, counted per device). */
+static int fold_mem(build *b, const kj_mem *m, uint32_t x, kmap *at, mem_sum *sums,
+                    uint32_t *n_sums, int64_t outside[3][2])
+{
+    if (x == NONE) {
+        outside[m->dev][m->bytes < 0] += m->bytes < 0 ? -m->bytes : m->bytes;
+        return 0;
+    }
+    uint32_t *v = kmap_at(at, (uint64_t)b->id[x] << 2 | m->dev);
+    if (*v == NONE) {
+        *v = (*n_sums)++;
+        sums[*v] = (mem_sum){.span = b->id[x], .dev = m->dev, .f = {0, 0, 0, 0, INT64_MIN, 0}};
+    }
+    mem_sum *s = &sums[*v];
+    s->f[m->bytes < 0 ? 2 : 0]++;
+    s->f[m->bytes < 0 ? 3 : 1] += m->bytes < 0 ? -m->bytes : m->bytes;
+    s->f[5] = m->total;
+    if (m->total > s->f[4])
+        s->f[4] = m->total;
+    return 0;
+}
+
+/* 1 when record x is open at time t (the nesting's rule, pass 2). */
+static int open_at(const build *b, uint32_t x, int64_t t)
+{
+    return (t >= b->start[x] && t < b->end[x]) || (t == b->start[x] && b->start[x] == b->end[x]);
+}
+
+/* Pass 8: the memory events ("[memory]", profile_memory) folded into the innermost CPU span
+ * open at their time on their thread, as a recording folds its allocations (replay.c):
+ * attributes mem.<dev>.{allocs, alloc_bytes, frees, freed_bytes, peak, total}; events outside
+ * every span counted in memory.outside_spans.<dev>.{alloc_bytes, freed_bytes}.  One sweep per
+ * thread over its spans and events in time order, spans first at equal times. */
+static int pass_memory(build *b, int64_t base, uint32_t *stack)
+{
+    static const char *const DEV[3] = {"cpu", "cuda", "other"};
+    static const char *const FIELD[6] = {"allocs", "alloc_bytes", "frees", "freed_bytes",
+                                         "peak", "total"};
+    xsp_kjson *r = b->r;
+    uint32_t nm = r->n_mems;
+    int64_t outside[3][2] = {{0}};
+    if (nm == 0)
+        return 0;
+    int rc = -1;
+    uint32_t *mo = malloc((size_t)nm * sizeof *mo), *tmp = malloc((size_t)nm * sizeof *tmp);
+    uint32_t *ids = malloc((size_t)nm * sizeof *ids);
+    xsp_attr *vals = malloc((size_t)nm * sizeof *vals);
+    mem_sum *sums = malloc((size_t)nm * sizeof *sums);
+    b->mpair = malloc((size_t)nm * sizeof *b->mpair);
+    b->mts = malloc((size_t)nm * sizeof *b->mts);
+    kmap at = {0};
+    uint32_t n_sums = 0;
+    if (!mo || !tmp || !ids || !vals || !sums || !b->mpair || !b->mts || kmap_init(&at, nm)) {
+        nomem(b);
+        goto out;
+    }
+    for (uint32_t k = 0; k < nm; k++) {
+        const kj_mem *m = &r->mems[k];
+        if (__builtin_add_overflow(base, m->ts, &b->mts[k]) || b->mts[k] < 0) {
+            fail(b, m->index, "ts is before time 0 or past 2**63 ns (with baseTimeNanoseconds)");
+            goto out;
+        }
+        b->mpair[k] = *kmap_at(&b->pairs, (uint64_t)m->pid << 32 | m->tid);
+        mo[k] = k;
+    }
+    msort(mo, nm, tmp, by_mem, b);
+    uint32_t j = 0;
+    while (j < nm) {
+        uint32_t g = b->mpair[mo[j]];
+        if (g == NONE) {
+            fold_mem(b, &r->mems[mo[j++]], NONE, &at, sums, &n_sums, outside);
+            continue;
+        }
+        uint32_t i = b->gstart[g], hi = b->gstart[g + 1], depth = 0;
+        for (; j < nm && b->mpair[mo[j]] == g; j++) {
+            int64_t t = b->mts[mo[j]];
+            for (; i < hi && b->start[b->cpu[i]] <= t; i++) {     /* the spans begun by t */
+                uint32_t x = b->cpu[i];
+                while (depth && !open_at(b, stack[depth - 1], b->start[x]))
+                    depth--;
+                stack[depth++] = x;
+            }
+            while (depth && !open_at(b, stack[depth - 1], t))
+                depth--;
+            fold_mem(b, &r->mems[mo[j]], depth ? stack[depth - 1] : NONE, &at, sums, &n_sums,
+                     outside);
+        }
+    }
+    qsort(sums, n_sums, sizeof *sums, by_span);
+    char err[256];
+    for (uint32_t d = 0; d < 3; d++) {
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < n_sums; k++)
+            if (sums[k].dev == d)
+                ids[n++] = sums[k].span;
+        for (int f = 0; f < 6 && n; f++) {
+            uint32_t c = 0;
+            for (uint32_t k = 0; k < n_sums; k++)
+                if (sums[k].dev == d)
+                    vals[c++] = (xsp_attr){.type = XSP_ATTR_INT, .v.i = sums[k].f[f]};
+            char key[40];
+            snprintf(key, sizeof key, "mem.%s.%s", DEV[d], FIELD[f]);
+            if (xsp_trace_add_span_attrs(b->t, key, n, ids, vals, err, sizeof err) != 0) {
+                if (strncmp(err, "out of memory", 13) == 0)
+                    nomem(b);
+                else
+                    fail(b, -1, err);
+                goto out;
+            }
+        }
+    }
+    for (uint32_t d = 0; d < 3; d++)
+        for (int f = 0; f < 2; f++) {
+            char key[64];
+            snprintf(key, sizeof key, "memory.outside_spans.%s.%s", DEV[d],
+                     f ? "freed_bytes" : "alloc_bytes");
+            if (outside[d][f] && xsp_trace_add_counter(b->t, key, outside[d][f])) {
+                nomem(b);
+                goto out;
+            }
+        }
+    rc = 0;
+out:
+    free(mo);
+    free(tmp);
+    free(ids);
+    free(vals);
+    free(sums);
+    kmap_free(&at);
+    return rc;
+}
+
 /* The meta entries and counters. */
 static int put_meta(build *b, uint32_t region, int64_t base)
 {
@@ -585,6 +743,7 @@ static int put_meta(build *b, uint32_t region, int64_t base)
            | xsp_trace_set_meta_str(t, "source", "kineto")
            | xsp_trace_set_meta_int(t, "kineto.events", (int64_t)r->n_events)
            | xsp_trace_set_meta_int(t, "kineto.flows", (int64_t)r->n_flow_ev)
+           | xsp_trace_set_meta_int(t, "kineto.memory", (int64_t)r->n_mems)
            | xsp_trace_set_meta_int(t, "kineto.baseTimeNanoseconds", base)
            | xsp_trace_set_meta_int(t, "steps", steps)
            | xsp_trace_set_meta_str(t, "region", rname);
@@ -723,7 +882,7 @@ xsp_trace *xsp_kj_build(xsp_kjson *r)
         set_slot(b, x, key, b->id[fwd[x]]);
         b->t->spans[b->id[x]].attr_n++;
     }
-    if (put_meta(b, region, base))
+    if (pass_memory(b, base, stack) || put_meta(b, region, base))
         goto out;
     char err[256];
     if (xsp_trace_check(b->t, err, sizeof err) != 0) {
@@ -745,6 +904,8 @@ out:
     free(b->order);
     free(b->tmp);
     free(b->gstart);
+    free(b->mpair);
+    free(b->mts);
     free(stack);
     kmap_free(&b->pairs);
     kmap_free(&names);

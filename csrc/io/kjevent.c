@@ -302,6 +302,50 @@ static int end_complete(xsp_kjson *r, int64_t i)
     return 0;
 }
 
+/* An integer arg of the event being judged (its "k.<arg>" key well-known string k): 1 with
+ * *v, 0 when absent, -1 (refused, naming it) when it is there but not an integer. */
+static int int_arg(xsp_kjson *r, int k, const char *what, int64_t i, int64_t *v)
+{
+    xsp_attr *a = ev_attr(r, xsp_kj_id(r, k));
+    if (!a)
+        return 0;
+    if (a->type != XSP_ATTR_INT)
+        return xsp_kj_fail(r, i, -1, "args.%s must be an integer", what);
+    *v = a->v.i;
+    return 1;
+}
+
+/* A "[memory]" instant event (ph i): an allocation (Bytes > 0) or free of profile_memory,
+ * kept for kbuild.c to fold into the span it happened in, as a recording does (replay.c). */
+static int end_memory(xsp_kjson *r, int64_t i)
+{
+    int64_t bytes = 0, total = 0, devtype = 0;
+    int rc = 0;
+    if (r->ev.args != KV_OBJECT || r->ev.ts.status != KT_OK
+        || (rc = int_arg(r, S_K_MEM_BYTES, "Bytes", i, &bytes)) <= 0) {
+        r->t->n_attrs = r->ev_attr0;
+        if (rc < 0 || check_time(r, &r->ev.ts, "ts", i))
+            return -1;
+        r->skipped++;                           /* no time or no size: not an allocation */
+        return 0;
+    }
+    if (int_arg(r, S_K_MEM_TOTAL, "Total Allocated", i, &total) < 0
+        || int_arg(r, S_K_MEM_DEVTYPE, "Device Type", i, &devtype) < 0
+        || check_id(r, &r->ev.pid, "pid", i) || check_id(r, &r->ev.tid, "tid", i))
+        return -1;
+    r->t->n_attrs = r->ev_attr0;
+    if (xsp_kj_grow((void **)&r->mems, &r->cap_mems, r->n_mems, sizeof *r->mems))
+        return xsp_kj_nomem(r);
+    kj_mem *m = &r->mems[r->n_mems];
+    *m = (kj_mem){.ts = r->ev.ts.ns, .bytes = bytes, .total = total,
+                  .pid = key_of(r, &r->ev.pid), .tid = key_of(r, &r->ev.tid),
+                  .index = (uint32_t)i, .dev = devtype == 0 ? 0 : devtype == 1 ? 1 : 2};
+    if (m->pid == UINT32_MAX || m->tid == UINT32_MAX)
+        return -1;
+    r->n_mems++;
+    return 0;
+}
+
 /* The end of an event's object. */
 int xsp_kj_end_event(xsp_kjson *r)
 {
@@ -311,6 +355,8 @@ int xsp_kj_end_event(xsp_kjson *r)
         return xsp_kj_fail(r, i, -1, "ph must be a string, not %s", xsp_kj_type_name(ph->type));
     if (str_is(r, ph, "X"))
         return end_complete(r, i);
+    if (str_is(r, ph, "i") && str_is(r, &r->ev.name, "[memory]"))
+        return end_memory(r, i);
     r->t->n_attrs = r->ev_attr0;                /* only complete events keep their args */
     if (str_is(r, ph, "M")) {
         if (check_id(r, &r->ev.pid, "pid", i) || check_id(r, &r->ev.tid, "tid", i))

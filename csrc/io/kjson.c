@@ -50,6 +50,8 @@ static const char *const WELL_KNOWN[S_N] = {
     [S_RUNTIME] = "cuda_runtime", [S_DRIVER] = "cuda_driver", [S_KERNEL] = "kernel",
     [S_MEMCPY] = "gpu_memcpy", [S_MEMSET] = "gpu_memset", [S_SYNC] = "cuda_sync",
     [S_OVERHEAD] = "overhead", [S_TRACE] = "Trace", [S_FWDBWD] = "fwdbwd",
+    [S_K_MEM_BYTES] = "k.Bytes", [S_K_MEM_TOTAL] = "k.Total Allocated",
+    [S_K_MEM_DEVTYPE] = "k.Device Type",
 };
 
 const char *xsp_kj_type_name(int type)
@@ -454,6 +456,7 @@ void xsp_kjson_free(xsp_kjson *r)
     free(r->recs);
     free(r->flows);
     free(r->tnames);
+    free(r->mems);
     free(r->buf);
     free(r);
 }

@@ -54,6 +54,17 @@ typedef struct kj_flow {
     uint8_t  start;     /* 1 for ph "s" (the forward op), 0 for "f" (the backward node) */
 } kj_flow;
 
+/* An allocation or free torch.profiler(profile_memory=True) reported: a "[memory]" instant
+ * event (ph i). */
+typedef struct kj_mem {
+    int64_t  ts;        /* ns relative to baseTimeNanoseconds */
+    int64_t  bytes;     /* args "Bytes": > 0 allocated, < 0 freed */
+    int64_t  total;     /* args "Total Allocated" after it */
+    uint32_t pid, tid;  /* key ids */
+    uint32_t index;     /* the event's index in traceEvents */
+    uint8_t  dev;       /* 0 cpu, 1 cuda, 2 other (args "Device Type" 0, 1, else) */
+} kj_mem;
+
 /* A thread_name metadata event (ph M). */
 typedef struct kj_tname {
     uint32_t pid, tid;  /* key ids */
@@ -69,7 +80,7 @@ enum {
     S_CBID, S_BYTES, S_REGS, S_GRID_X, S_GRID_Y, S_GRID_Z, S_BLOCK_X, S_BLOCK_Y, S_BLOCK_Z,
     S_API, S_FWD_OP,
     S_CPU_OP, S_USER_ANN, S_PYFUNC, S_RUNTIME, S_DRIVER, S_KERNEL, S_MEMCPY, S_MEMSET,
-    S_SYNC, S_OVERHEAD, S_TRACE, S_FWDBWD,
+    S_SYNC, S_OVERHEAD, S_TRACE, S_FWDBWD, S_K_MEM_BYTES, S_K_MEM_TOTAL, S_K_MEM_DEVTYPE,
     S_N
 };
 
@@ -94,6 +105,8 @@ struct xsp_kjson {
     uint32_t        n_recs, cap_recs;
     kj_flow        *flows;      /* fwdbwd flow ends; owned */
     uint32_t        n_flows, cap_flows;
+    kj_mem         *mems;       /* memory events, file order; owned */
+    uint32_t        n_mems, cap_mems;
     kj_tname       *tnames;     /* thread names; owned */
     uint32_t        n_tnames, cap_tnames;
     int64_t         region;     /* index in recs of the region (first cat "Trace" event), or -1 */

@@ -260,6 +260,48 @@ static void test_numbers(void)
     free(big);
 }
 
+static void test_memory(void)
+{
+    static const char text[] =
+        "{\"traceEvents\": [\n"
+        " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"outer\", \"pid\": 1, \"tid\": 1, \"ts\": 10, \"dur\": 10},\n"
+        " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"inner\", \"pid\": 1, \"tid\": 1, \"ts\": 12, \"dur\": 2},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 12, \"args\": {\"Bytes\": 64, \"Total Allocated\": 64, \"Device Type\": 0}},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 13, \"args\": {\"Bytes\": 16, \"Total Allocated\": 80, \"Device Type\": 0}},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 15, \"args\": {\"Bytes\": -64, \"Total Allocated\": 16, \"Device Type\": 0}},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 16, \"args\": {\"Bytes\": 512, \"Total Allocated\": 512, \"Device Type\": 1}},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 25, \"args\": {\"Bytes\": -16, \"Total Allocated\": 0, \"Device Type\": 0}},\n"
+        " {\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 2, \"ts\": 12, \"args\": {\"Bytes\": 8, \"Total Allocated\": 8, \"Device Type\": 0}}\n"
+        "]}";
+    xsp_kjson_error e;
+    xsp_trace *t = read_text(text, sizeof text - 1, 5, &e);
+    CHECK(t != NULL && t->n_spans == 3);
+    if (!t || t->n_spans != 3) {
+        fprintf(stderr, "memory: %s\n", t ? "spans" : e.msg);
+        xsp_trace_free(t);
+        return;
+    }
+    static const struct { uint32_t span; const char *key; int64_t v; } want[] = {
+        {2, "mem.cpu.allocs", 2}, {2, "mem.cpu.alloc_bytes", 80}, {2, "mem.cpu.frees", 0},
+        {2, "mem.cpu.peak", 80}, {2, "mem.cpu.total", 80},
+        {1, "mem.cpu.allocs", 0}, {1, "mem.cpu.frees", 1}, {1, "mem.cpu.freed_bytes", 64},
+        {1, "mem.cpu.total", 16}, {1, "mem.cuda.alloc_bytes", 512}, {1, "mem.cuda.peak", 512},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        const xsp_attr *a = attr(t, want[k].span, want[k].key);
+        CHECK(a && a->type == XSP_ATTR_INT && a->v.i == want[k].v);
+    }
+    CHECK(attr(t, 0, "mem.cpu.allocs") == NULL && attr(t, 1, "k.cat") != NULL);
+    CHECK_EQ_U(xsp_trace_counter(t, "memory.outside_spans.cpu.freed_bytes"), 16);
+    CHECK_EQ_U(xsp_trace_counter(t, "memory.outside_spans.cpu.alloc_bytes"), 8);   /* tid 2 */
+    CHECK_EQ_U(xsp_trace_counter(t, "kineto.skipped"), 0);
+    char err[256];
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    xsp_trace_free(t);
+    refused("{\"traceEvents\": [{\"ph\": \"i\", \"name\": \"[memory]\", \"ts\": 1, "
+            "\"args\": {\"Bytes\": \"64\"}}]}", "args.Bytes must be an integer", 0, -1);
+}
+
 /* Every truncation and many random mutations: a trace that checks, or an error. */
 static void test_hostile(void)
 {
@@ -303,6 +345,7 @@ int main(void)
     test_small_trace();
     test_refused();
     test_numbers();
+    test_memory();
     test_hostile();
     return CHECK_DONE();
 }

@@ -200,6 +200,33 @@ def test_memory_equals_torch_profiler(case):
     assert any(v > 0 for _, v in ours)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_memory_read_from_torch_trace_equals_torch_profiler(case, tmp_path):
+    """Kineto's [memory] events, read back (csrc/io/kbuild.c, pass 8): every op's self CPU
+    memory equals torch.profiler's own, and xsp.memory works on torch's file."""
+    model, x = CASES[case]
+    _step(model, x)
+    with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        _step(model, x)
+    theirs = Counter((e.name, e.self_cpu_memory_usage) for e in p.events()
+                     if e.name != "[memory]")
+    path = str(tmp_path / "torch.json")
+    p.export_chrome_trace(path)
+    with open(path) as f:
+        mem = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    n_mem = len(mem)
+    tr = xsp.load_kineto(path)
+    assert tr.meta["kineto.memory"] == n_mem > 0
+    assert tr.counters["kineto.skipped"] == 2       # "Iteration Start", "Record Window End"
+    cpu_threads = {tid for tid, _, kind in tr.threads if kind == 0}
+    assert _self_mem_xsp(tr, cpu_threads) == theirs
+    total = xsp.memory.summary(tr)["cpu"]
+    assert total["alloc_bytes"] + total["outside_alloc_bytes"] == sum(
+        a["Bytes"] for a in mem if a["Bytes"] > 0)
+    assert total["freed_bytes"] + total["outside_freed_bytes"] == -sum(
+        a["Bytes"] for a in mem if a["Bytes"] < 0)
+
+
 def test_memory_attributes_exact():
     with xsp.profile(levels="L", profile_memory=True) as prof:
         a = torch.empty(1000, dtype=torch.float32)       # 4000 bytes
