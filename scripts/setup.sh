@@ -35,6 +35,8 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
 "$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=8"
+# tqdm: the optional progress bar of xsp.measure, which tests/py/test_measure.py checks
+"$VPY" -m pip install -q "tqdm==4.70.1"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
 

@@ -46,29 +46,57 @@ def trimmed_stats(samples, trim):
 
 
 class _Progress:
-    """A one-line progress bar on stderr (or any stream): `xsp.measure [####....] 7/23 ML`."""
+    """The progress bar of measure(): tqdm's, on a terminal (the stream's isatty()) or, in a
+    Jupyter notebook, tqdm's widget (tqdm.autonotebook's choice); nothing on any other stream
+    or without tqdm (an optional dependency: pip install xsp[progress]).
 
-    WIDTH = 24
+    measure() advances it only where no profile records (after a warm-up call, after each
+    run's profile has stopped), never between two step() calls, so that its writes are never
+    timed; tqdm bounds their rate (mininterval), and miniters=1 keeps tqdm's monitor thread
+    from refreshing the bar on its own while a run is measured."""
 
     def __init__(self, total, enabled, stream=None):
         self.total = max(int(total), 1)
         self.done = 0
-        self.enabled = bool(enabled)
-        self.stream = stream if stream is not None else sys.stderr
+        self.bar = None
+        if enabled:
+            self.bar = _make_bar(self.total, stream if stream is not None else sys.stderr)
 
-    def advance(self, label):
-        self.done += 1
-        if not self.enabled:
-            return
-        fill = self.WIDTH * self.done // self.total
-        self.stream.write("\rxsp.measure [%s%s] %d/%d %-16s" % (
-            "#" * fill, "." * (self.WIDTH - fill), self.done, self.total, label))
-        self.stream.flush()
+    def advance(self, label, n=1):
+        """Count n more calls done; label says where measure() is ("warm-up", "run ML")."""
+        self.done += n
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(n)
 
     def close(self):
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _make_bar(total, stream):
+    """A tqdm bar of total calls for stream, or None: no tqdm, not a terminal nor a notebook."""
+    try:
+        import warnings
+        with warnings.catch_warnings():     # autonotebook warns that notebook mode is new
+            warnings.simplefilter("ignore")
+            from tqdm.autonotebook import tqdm as auto
+        from tqdm.std import tqdm as std
+    except ImportError:
+        return None
+    notebook = auto is not std and stream is sys.stderr
+    if not notebook:
+        try:
+            if not stream.isatty():
+                return None
+        except (AttributeError, ValueError, OSError):   # no isatty, or a closed stream
+            return None
+    try:
+        return auto(total=total, desc="xsp.measure", unit="call", miniters=1,
+                    mininterval=0.1, **({} if notebook else {"file": stream}))
+    except Exception:       # a notebook without a usable widget: no bar rather than an error
+        return None
 
 
 def _span_keys(trace, intern, skip=0):
@@ -427,7 +455,8 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
     torch.cuda.synchronize() at the end of every call (default: when torch has initialised
     CUDA by the end of the warm-up), so that a call's latency includes its GPU work.
     gpu_fallback: when G cannot be recorded, measure M and L with a warning instead of raising
-    LevelUnavailableError.  progress: show a progress bar on stderr.  Other keyword arguments
+    LevelUnavailableError.  progress: show a progress bar (tqdm's, when installed) on stderr
+    when it is a terminal, or in a notebook (see _Progress).  Other keyword arguments
     go to xsp.profile (max_memory, record_shapes, ...).  Returns a Measurement.
     """
     lv = _check_args(levels, warmup, repeat, trim, batch_size)
@@ -454,7 +483,7 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
     try:
         for _ in range(warmup):
             fn()
-            bar.advance("warm-up")
+            bar.advance("warm-up")      # no profile records during the warm-up
         sync_fn = (_cuda_sync() if sync is None else
                    (_cuda_sync() or (lambda: None)) if sync else None)
         compiled = {}
@@ -463,12 +492,14 @@ def measure(fn, levels="MLG", *, warmup=3, repeat=10, rounds=1, trim=0.1, batch_
             with profile(levels=r, name=name, **profile_kwargs) as prof:
                 # one priming call first, left out of the statistics: a session's first call
                 # pays one-off costs (module names mapped, names interned)
-                for i in range(repeat + 1):
+                for _ in range(repeat + 1):
                     fn()
                     if sync_fn is not None:
                         sync_fn()
                     prof.step()
-                    bar.advance("run %s%s" % (r, " (priming)" if i == 0 else ""))
+            # advanced once the profile has stopped: a write between two step() calls would
+            # be timed in the next iteration
+            bar.advance("run %s" % r, repeat + 1)
             traces[r].append(prof.trace)
             n_new = _compilations() - before
             if n_new:
