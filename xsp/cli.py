@@ -216,6 +216,7 @@ def _run(ns):
         # level M wraps nn.Module.__call__ when torch is there at start; the script imports
         # torch only later, so import it first (it would be imported by the script anyway)
         import torch  # noqa: F401
+    real_exit = os._exit
     try:
         try:
             prof = xsp.profile(levels=levels, name=label, gpu_fallback=ns.gpu_fallback,
@@ -226,6 +227,8 @@ def _run(ns):
         except xsp.ProfilerError as exc:        # G unavailable, a session already active
             raise _Fail(str(exc).replace("pass gpu_fallback=True", "pass --gpu-fallback")
                         .replace("levels='ML'", "--levels ML")) from None
+        os._exit = _exit_hook(real_exit, lambda: _finish(ns, prof.stop(), 0, cycles, prof, out,
+                                                        paths, models), ns.quiet)
         try:
             # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
             # between starting the profile and the block that stops it
@@ -243,9 +246,55 @@ def _run(ns):
             _print_script_error(exc)
             status = 1
     finally:
+        os._exit = real_exit
         sys.argv = saved_argv
         sys.path[:] = saved_path
-    trace = prof.trace
+    return _finish(ns, prof.trace, status, cycles, prof, out, paths, models)
+
+
+def _exit_hook(real_exit, finish, quiet):
+    """os._exit while xsp run runs the script: finish() (stop the profile, write its files and
+    the report, as at the script's end), then the real os._exit.
+
+    Why stop and write there rather than only warn: a script that ends with os._exit (to skip
+    slow interpreter teardown, or after its own flush) means "exit now, skip the cleanup",
+    not "lose the profile"; stopping is one C call and the writes are those of a normal end,
+    none of which runs the script's code (no finally blocks, atexit handlers or __del__s that
+    os._exit skips), so the script sees the os._exit it asked for, only later.  Where that is
+    not safe it only says so: in a process the script forked (a multiprocessing or DataLoader
+    worker, whose profile is an inert copy: the files are the parent's; silent there, as os._exit
+    is how such children end), and on another thread than the script's (a profile stops only
+    on the thread that started it).  The status is always n."""
+    import threading
+    pid, thread = os.getpid(), threading.get_ident()
+
+    def _exit(n):
+        if os.getpid() != pid or not isinstance(n, int):
+            return real_exit(n)                 # a forked child; or real_exit's TypeError
+        os._exit = real_exit                    # once: a second call (from finish) is real
+        what = "xsp run: the script called os._exit(%d)" % n
+        if threading.get_ident() != thread:
+            msg = what + (" on a thread of its own: no trace was written (a profile stops "
+                          "only on the thread that started it)")
+        else:
+            try:
+                finish()
+                msg = None if quiet else what + ": the trace was written before exiting"
+            except _Fail as exc:
+                msg = "xsp: error: %s\n%s: not every file was written" % (exc, what)
+            except BaseException as exc:        # noqa: BLE001 -- say it, then exit as asked
+                msg = what + ": no trace was written (%s: %s)" % (type(exc).__name__, exc)
+        if msg:
+            sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+        real_exit(n)
+    return _exit
+
+
+def _finish(ns, trace, status, cycles, prof, out, paths, models):
+    """After the script: the trace, --chrome and --html files and the report; returns the exit
+    status (status, or raises _Fail when a file cannot be written)."""
+    import xsp
     if cycles is not None and prof._state != "forked":
         return cycles.finish(trace, status)
     if trace is None:

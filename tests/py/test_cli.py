@@ -157,6 +157,59 @@ def test_script_status_and_failure_keep_the_trace(tmp_path):
     assert xsp.load(str(tmp_path / "boom.xsp")).spans(name="aten::sum")
 
 
+EXIT_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, torch
+    with torch.profiler.record_function("before exit"):
+        torch.ones(3).sum()
+    if sys.argv[1] == "fork":                   # a child that ends with os._exit, as workers do
+        pid = os.fork()
+        if pid == 0:
+            torch.ones(4).sum()
+            os._exit(7)
+        print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    if sys.argv[1] == "thread":
+        threading.Thread(target=os._exit, args=(4,)).start()
+        threading.Event().wait()
+    try:
+        print("leaving", flush=True)
+        os._exit(3)
+    finally:
+        print("a finally block that os._exit skips", flush=True)
+""")
+
+
+def test_run_of_a_script_that_ends_with_os_exit(tmp_path):
+    """Regression guard (bug: a script ending with os._exit(n) under xsp run kept its status
+    but wrote no trace and said nothing).  The trace is written before the real os._exit, whose
+    status is kept and which still skips the script's cleanup; on a thread of the script's own
+    nothing can be written, and stderr says so; a forked child's os._exit is the plain one."""
+    (tmp_path / "ex.py").write_text(EXIT_SCRIPT)
+    r = xsp_cmd("run", "--top", "1", "ex.py", "main", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == "leaving\n"
+    assert r.stderr.splitlines()[-2:] == [
+        "trace: ex.xsp", "xsp run: the script called os._exit(3): the trace was written "
+        "before exiting"]
+    assert [s.kind for s in xsp.load(str(tmp_path / "ex.xsp")).spans(name="before exit")] == [
+        "scope"]
+    os.unlink(tmp_path / "ex.xsp")
+    r = xsp_cmd("run", "-q", "-o", "q.xsp", "ex.py", "main", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "leaving\n", "")
+    assert len(xsp.load(str(tmp_path / "q.xsp")).spans(name="before exit")) == 1
+    # on another thread: nothing written, and stderr says why
+    r = xsp_cmd("run", "-q", "-o", "t.xsp", "ex.py", "thread", cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (4, "")
+    assert r.stderr == ("xsp run: the script called os._exit(4) on a thread of its own: no "
+                        "trace was written (a profile stops only on the thread that started "
+                        "it)\n")
+    assert not (tmp_path / "t.xsp").exists()
+    # a forked child's os._exit(7) ends the child only, silently; the parent writes the trace
+    r = xsp_cmd("run", "-q", "-o", "f.xsp", "ex.py", "fork", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "child 7\nleaving\n", "")
+    assert len(xsp.load(str(tmp_path / "f.xsp")).spans(name="before exit")) == 1
+    assert sorted(os.listdir(tmp_path)) == ["ex.py", "f.xsp", "q.xsp"]
+
+
 @pytest.mark.parametrize("argv,status,message", [
     (["summary", "missing.xsp"], 1, "xsp: error: cannot read 'missing.xsp'"),
     (["run", "--levels", "Q", "x.py"], 1, "xsp: error: --levels: unknown level letter 'Q'"),
