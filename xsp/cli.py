@@ -7,14 +7,17 @@
     xsp export trace.xsp -o trace.json            (Chrome trace JSON, for Perfetto)
     xsp export trace.xsp --format otlp --endpoint http://localhost:4318/v1/traces
     xsp report trace.xsp -o report.html           (the self-contained HTML report)
-    xsp compare before.xsp after.xsp [--top N] [--fail-above PCT]
+    xsp compare before.xsp after.xsp [--top N] [--fail-above PCT] [--fail-on-change]
 
 Errors (bad arguments, a missing or corrupt file) are one line on stderr, `xsp: error: ...`:
 exit status 2 for what the argument parser rejects (an unknown command or option, a missing
 argument), 1 for everything else (a bad value, a missing or corrupt file).  `xsp run` exits
 with the script's own status (130 after Ctrl-C); the trace is written even when the script
 fails.  `xsp compare --fail-above PCT` exits with status 3 (one line on stderr says why) when
-the step (model) latency got slower beyond noise by more than PCT percent, 0 otherwise.
+the step (model) latency got slower beyond noise by more than PCT percent; with
+`--fail-on-change` it exits with status 4 when the runs did different work (an exact
+difference: op calls, input shapes, FLOPs, bytes, kernels, copies, syncs, allocations); 3 wins
+when both hold; 0 otherwise.
 """
 import argparse
 import importlib.util
@@ -115,6 +118,10 @@ def _parser():
     c.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit with status 3 when the step latency got slower beyond noise by "
                    "more than PCT percent (for CI)")
+    c.add_argument("--fail-on-change", action="store_true",
+                   help="exit with status 4 when the runs did different work: an exact "
+                   "difference (op calls, input shapes, FLOPs, bytes, kernels, copies, syncs, "
+                   "allocations)")
 
     g = sub.add_parser("merge", help="one trace of a distributed job from its ranks' traces, "
                        "on rank 0's clock (docs/distributed.md)")
@@ -528,7 +535,7 @@ def _report(ns):
 
 def _compare(ns):
     from . import report
-    from .compare import fmt_change
+    from .compare import fmt_change, fmt_exact
     from ._util import fmt_ns
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
@@ -538,18 +545,25 @@ def _compare(ns):
     before, after = _load(ns.before), _load(ns.after)
     c = report.compare(before, after)
     sys.stdout.write(c.text(top=ns.top, names=(ns.before, ns.after)))
-    if pct is None:
-        return 0
     sys.stdout.flush()
-    w = c.worst(pct / 100.0)
-    if w is not None:
-        sys.stderr.write("xsp compare: %s latency slower by %s, beyond the noise (%s) and "
-                         "above --fail-above %g%%\n" % (w["what"], fmt_change(
-                             w["delta_ns"], w["delta_share"]), fmt_ns(w["noise_ns"]), pct))
-        return 3
-    if min(c.iterations) < 2:
-        sys.stderr.write("xsp compare: --fail-above: a run has fewer than 2 iterations, so "
-                         "no change can be called; record more steps\n")
+    if pct is not None:
+        w = c.worst(pct / 100.0)
+        if w is not None:
+            sys.stderr.write("xsp compare: %s latency slower by %s, beyond the noise (%s) and "
+                             "above --fail-above %g%%\n" % (w["what"], fmt_change(
+                                 w["delta_ns"], w["delta_share"]), fmt_ns(w["noise_ns"]), pct))
+            return 3
+        if min(c.iterations) < 2:
+            sys.stderr.write("xsp compare: --fail-above: a run has fewer than 2 iterations, so "
+                             "no change can be called; record more steps\n")
+    if ns.fail_on_change and c.changed:
+        r = c.changes.iloc[0]
+        sys.stderr.write("xsp compare: the runs did different work: %d exact difference%s, "
+                         "the first %s %s%s %s -> %s per iteration (--fail-on-change)\n" % (
+                             len(c.changes), "" if len(c.changes) == 1 else "s", r["figure"],
+                             r["name"], " " + r["inputs"] if r["inputs"] else "",
+                             fmt_exact(r["before"]), fmt_exact(r["after"])))
+        return 4
     return 0
 
 

@@ -92,17 +92,23 @@ def _frame(rows, key_columns):
     return pd.DataFrame(rows, columns=cols)
 
 
-def _ordered(df):
-    """Called changes first, then by |delta_ns| descending; ties keep their order."""
+def _ordered(df, direction=0.0):
+    """Called changes first, ranked by what explains the step's change: with direction the
+    sign of the step's delta (+1 slower, -1 faster), by delta_ns * direction descending (the
+    rows that moved the step the most, then those that moved against it); with direction 0,
+    by |delta_ns|.  Then the rest by |delta_ns| descending; ties keep their order."""
     if not len(df):
         return df
     called = df["verdict"].isin(CALLED).to_numpy()
-    size = np.nan_to_num(df["delta_ns"].abs().to_numpy(np.float64), nan=0.0)
+    delta = np.nan_to_num(df["delta_ns"].to_numpy(np.float64), nan=0.0)
+    size = np.abs(delta)
+    if direction:
+        size = np.where(called, delta * direction, size)
     order = np.lexsort((np.arange(len(df)), -size, ~called))
     return df.iloc[order].reset_index(drop=True)
 
 
-def _by_name(nb, na, k, frames, keys):
+def _by_name(nb, na, k, frames, keys, direction=0.0):
     """One row per key found on either side (before's order of first appearance, then
     after's), the figures from frames = (before frame, after frame)."""
     b = _samples(frames[0], keys, nb)
@@ -111,7 +117,7 @@ def _by_name(nb, na, k, frames, keys):
     for key in list(b) + [x for x in a if x not in b]:
         rows.append(dict(zip(keys, key), **_figure(b.get(key, np.zeros(nb)),
                                                    a.get(key, np.zeros(na)), k)))
-    return _ordered(_frame(rows, keys))
+    return _ordered(_frame(rows, keys), direction)
 
 
 # -- one side -------------------------------------------------------------------------------
@@ -149,6 +155,120 @@ class _Side:
         sel = (src.kind == "kernel") & (it >= 0)
         self.kernels = pd.DataFrame({"name": src.df["name"].to_numpy()[sel],
                                      "iteration": it[sel], "ns": src.dur[sel]})
+        self.exact, self.lacks = _exact_figures(source, src, it)
+
+
+# -- exact figures: what the runs did, not how long it took -------------------------------------
+EXACT_FIGURES = ("op calls", "input shapes", "FLOPs", "bytes moved", "kernel launches",
+                 "copies", "memsets", "syncs", "allocations", "bytes allocated")
+EXACT_COLUMNS = ["figure", "name", "inputs", "before", "after", "delta"]
+_GPU_FIGURES = {"kernel": "kernel launches", "memcpy": "copies", "memset": "memsets",
+                "sync": "syncs"}
+
+
+def _rows(names, iterations, values, inputs=None):
+    return pd.DataFrame({"name": names, "inputs": "" if inputs is None else inputs,
+                         "iteration": iterations, "ns": values})
+
+
+def _exact_figures(source, src, it):
+    """({figure: frame of name, inputs, iteration, ns (the value)}, {figure: why it is not
+    there}) for one side: the EXACT_FIGURES that its recording has, in its iterations.  Op
+    calls count a redispatch with the op it redispatches (as torch.profiler and xsp.perf)."""
+    from .trace import Trace
+    out, lacks = {}, {}
+    names = src.df["name"].to_numpy()
+    is_op = src.kind == "op"
+    sel = is_op & ~A.redispatches(is_op, names, src.parent) & (it >= 0)
+    if is_op.any():
+        out["op calls"] = _rows(names[sel], it[sel], 1)
+    else:
+        lacks["op calls"] = "level L"
+    dims = src.col("input_dims", None)
+    has_dims = np.array([isinstance(d, str) for d in dims], dtype=bool)
+    if (has_dims & is_op).any():
+        keep = sel & has_dims
+        out["input shapes"] = _rows(names[keep], it[keep], 1, dims[keep].astype(object))
+        if isinstance(source, Trace):
+            try:
+                from . import flops
+                c = flops.op_costs(source)
+            except (ImportError, ValueError) as exc:
+                lacks["FLOPs"] = lacks["bytes moved"] = str(exc).split("\n")[0]
+            else:
+                ids = c["id"].to_numpy(np.int64)
+                ok = it[ids] >= 0
+                for fig, col in (("FLOPs", "flops"), ("bytes moved", "bytes")):
+                    v = c[col].to_numpy(np.float64)
+                    m = ok & ~np.isnan(v) & (v != 0)
+                    out[fig] = _rows(c["name"].to_numpy()[m], it[ids[m]], v[m])
+        else:
+            lacks["FLOPs"] = lacks["bytes moved"] = "a trace (not a span table)"
+    else:
+        lacks["input shapes"] = lacks["FLOPs"] = lacks["bytes moved"] = "record_shapes=True"
+    if src.has_gpu:
+        for kind, fig in _GPU_FIGURES.items():
+            m = (src.kind == kind) & (it >= 0)
+            out[fig] = _rows(names[m], it[m], 1)
+    else:
+        for fig in _GPU_FIGURES.values():
+            lacks[fig] = "level G"
+    from . import memory
+    if memory.has_memory(src.df):
+        ms = memory.spans(src.df)
+        mit = it[ms["id"].to_numpy(np.int64)]
+        m = mit >= 0
+        dev = ms["device"].to_numpy()[m]
+        out["allocations"] = _rows(dev, mit[m], ms["allocs"].to_numpy(np.float64)[m])
+        out["bytes allocated"] = _rows(dev, mit[m], ms["alloc_bytes"].to_numpy(np.float64)[m])
+    else:
+        lacks["allocations"] = lacks["bytes allocated"] = "profile_memory=True"
+    return out, lacks
+
+
+def _exact_changes(b, a):
+    """(changes DataFrame of EXACT_COLUMNS, {figure: why not compared}).  A figure is
+    compared when both runs have it; a row is a change when the per-iteration means differ
+    exactly (total_b * na != total_a * nb: integers, no noise).  Rows in EXACT_FIGURES order,
+    then before's order of first appearance, then after's; FLOPs and bytes moved with a
+    "(total)" row first."""
+    rows, skipped = [], {}
+    for fig in EXACT_FIGURES:
+        if fig not in b.exact or fig not in a.exact:
+            why = [(side.lacks[fig], label) for side, label in ((b, "before"), (a, "after"))
+                   if fig in side.lacks]
+            if len(why) == 2 and why[0][0] == why[1][0]:
+                why = [(why[0][0], "either run")]
+            skipped[fig] = "; ".join("%s not in %s" % w for w in why)
+            continue
+        if not b.n or not a.n:
+            skipped[fig] = "no iteration"
+            continue
+        fb, fa = b.exact[fig], a.exact[fig]
+
+        def totals(f):
+            if not len(f):
+                return {}
+            return {k: float(v) for k, v in f.groupby(["name", "inputs"], sort=False)["ns"]
+                    .sum().items()}
+        tb, ta = totals(fb), totals(fa)
+        keys = list(tb) + [x for x in ta if x not in tb]
+        if fig in ("FLOPs", "bytes moved"):
+            tb[("(total)", "")] = float(sum(tb.values()))
+            ta[("(total)", "")] = float(sum(ta.values()))
+            keys.insert(0, ("(total)", ""))
+        for key in keys:
+            vb, va = tb.get(key, 0.0), ta.get(key, 0.0)
+            if vb * a.n != va * b.n:
+                rows.append({"figure": fig, "name": key[0], "inputs": key[1],
+                             "before": vb / b.n, "after": va / a.n,
+                             "delta": va / a.n - vb / b.n})
+    if not rows:
+        df = pd.DataFrame({c: pd.Series(dtype=object if c in ("figure", "name", "inputs")
+                                        else np.float64) for c in EXACT_COLUMNS})
+    else:
+        df = pd.DataFrame(rows, columns=EXACT_COLUMNS)
+    return df, skipped
 
 
 def _latency_label(b, a):
@@ -160,7 +280,7 @@ def _latency_label(b, a):
     return "iteration"
 
 
-def _layer_tables(b, a, k):
+def _layer_tables(b, a, k, direction=0.0):
     """(layers, added, removed, retyped) DataFrames; see Comparison."""
     fb = _samples(b.forward, ["name", "type"], b.n)
     fa = _samples(a.forward, ["name", "type"], a.n)
@@ -207,7 +327,7 @@ def _layer_tables(b, a, k):
                                  for c in cols})
         return pd.DataFrame(rows, columns=cols)
 
-    return (_ordered(_frame(rows, ["name", "type", "pass"])),
+    return (_ordered(_frame(rows, ["name", "type", "pass"]), direction),
             table(added, ["name", "type", "after_ns", "after_backward_ns"]),
             table(removed, ["name", "type", "before_ns", "before_backward_ns"]),
             table(retyped, ["name", "before_type", "after_type", "before_ns", "after_ns"]))
@@ -226,16 +346,20 @@ def compare(before, after, *, k=2.0):
         col = ph + "_ns"
         summary.append(dict(figure=ph, **_figure(b.phases[col].to_numpy(np.float64),
                                                  a.phases[col].to_numpy(np.float64), k)))
-    layers, added, removed, retyped = _layer_tables(b, a, k)
-    ops = _by_name(b.n, a.n, k, (b.ops, a.ops), ["name"])
+    # the step's direction, when its change is called: rows are ranked by how much they
+    # explain it
+    direction = {"slower": 1.0, "faster": -1.0}.get(summary[0]["verdict"], 0.0)
+    layers, added, removed, retyped = _layer_tables(b, a, k, direction)
+    ops = _by_name(b.n, a.n, k, (b.ops, a.ops), ["name"], direction)
     if b.has_gpu and a.has_gpu:
-        kernels = _by_name(b.n, a.n, k, (b.kernels, a.kernels), ["name"])
+        kernels = _by_name(b.n, a.n, k, (b.kernels, a.kernels), ["name"], direction)
     else:
         kernels = _frame([], ["name"])
+    changes, not_compared = _exact_changes(b, a)
     return Comparison(summary=_frame(summary, ["figure"]), layers=layers, added=added,
                       removed=removed, retyped=retyped, ops=ops, kernels=kernels,
                       iterations=(b.n, a.n), has_gpu=(b.has_gpu, a.has_gpu), k=float(k),
-                      latency=label)
+                      latency=label, changes=changes, not_compared=not_compared)
 
 
 # -- the result -----------------------------------------------------------------------------
@@ -243,6 +367,15 @@ def fmt_change(delta, share):
     """A signed change with its share, as xsp.report.fmt_delta writes it: '+1.234 ms
     (+3.4%)', '-193.900 us (-1.9%)'; without the share where it is NaN (before is 0)."""
     return fmt_signed(delta, share)
+
+
+def fmt_exact(v, signed=False):
+    """An exact per-iteration figure: an integer with thousands separators (1,048,576), two
+    decimals where the mean over the iterations is not whole; signed: with its sign."""
+    if v != v:
+        return "-"
+    text = "{:,.0f}".format(v) if float(v).is_integer() else "{:,.2f}".format(v)
+    return ("+" + text) if signed and v > 0 else text
 
 
 def _cells(row):
@@ -284,12 +417,25 @@ class Comparison:
         after_type, before_ns, after_ns (forward).
     ops: per op name, self time per iteration.  kernels: per kernel name, GPU time per
         iteration (empty unless both runs recorded level G).
-    layers, ops and kernels: called changes first, then by |delta_ns|, largest first.
+    layers, ops and kernels: called changes first, ranked by what explains the step's
+        change (when the step got slower, the largest increases first, then the rows that
+        got faster; the reverse when it got faster; by |delta_ns| when its change is not
+        called), then the rest by |delta_ns|, largest first.
+    changes: the exact differences, what the runs did rather than how long it took (no
+        noise): one row per figure and name whose per-iteration mean differs: figure (one of
+        EXACT_FIGURES: "op calls" per op name, "input shapes" calls per op name and inputs
+        (input_dims, record_shapes=True), "FLOPs" and "bytes moved" per op name and
+        "(total)" (xsp.flops, record_shapes=True), "kernel launches", "copies", "memsets",
+        "syncs" per name (level G), "allocations" and "bytes allocated" per device
+        (xsp.memory, profile_memory=True)), name, inputs ("" but for input shapes), before,
+        after (means per iteration), delta.  Empty when the runs did the same work.
+    not_compared: {figure: why} for the exact figures one run or both did not record
+        ("level G not in either run", "record_shapes=True not in after").
     iterations: (nb, na); has_gpu: (before, after); k: the noise multiplier.
     """
 
     def __init__(self, *, summary, layers, added, removed, retyped, ops, kernels, iterations,
-                 has_gpu, k, latency):
+                 has_gpu, k, latency, changes=None, not_compared=None):
         self.summary = summary
         self.layers = layers
         self.added = added
@@ -301,6 +447,9 @@ class Comparison:
         self.has_gpu = has_gpu
         self.k = k
         self.latency = latency          # the summary's first figure: step, model, iteration
+        self.changes = changes if changes is not None else pd.DataFrame(
+            {c: pd.Series(dtype=object) for c in EXACT_COLUMNS})
+        self.not_compared = dict(not_compared or {})
 
     def head(self, top):
         """A Comparison whose layers, ops and kernels tables keep their first top rows (the
@@ -311,7 +460,46 @@ class Comparison:
                           added=self.added, removed=self.removed, retyped=self.retyped,
                           ops=self.ops.head(top), kernels=self.kernels.head(top),
                           iterations=self.iterations, has_gpu=self.has_gpu, k=self.k,
-                          latency=self.latency)
+                          latency=self.latency, changes=self.changes,
+                          not_compared=self.not_compared)
+
+    @property
+    def changed(self):
+        """Whether the runs did different work: an exact difference (changes not empty)."""
+        return bool(len(self.changes))
+
+    def verdicts(self):
+        """{verdict: number of rows} over the timed rows: the summary's (but the phases that
+        are 0 in both runs), layers, ops and kernels."""
+        s = self.summary
+        keep = (s["figure"] == self.latency) | (s["before_ns"] != 0) | (s["after_ns"] != 0)
+        out = {}
+        for df in (s[keep], self.layers, self.ops, self.kernels):
+            for v, n in df["verdict"].value_counts(sort=False).items():
+                out[v] = out.get(v, 0) + int(n)
+        return out
+
+    def headline(self):
+        """One line: what differs.  "no difference beyond noise; N rows within noise" when
+        neither an exact figure nor a time beyond noise differs."""
+        v = self.verdicts()
+        called = sum(v.get(x, 0) for x in CALLED)
+        within = v.get("within noise", 0)
+        spread = sum(n for x, n in v.items() if x.startswith("no spread"))
+        exact = ("%d exact difference%s" % (len(self.changes), "" if len(self.changes) == 1
+                                            else "s")) if self.changed else None
+        if spread and not called:
+            times = "times: no change can be called (fewer than 2 iterations in a run)"
+        elif called:
+            times = "%d row%s beyond noise, %d within noise" % (
+                called, "" if called == 1 else "s", within)
+        elif exact is None:
+            return "no difference beyond noise; %d row%s within noise" % (
+                within, "" if within == 1 else "s")
+        else:
+            times = "no time beyond noise; %d row%s within noise" % (
+                within, "" if within == 1 else "s")
+        return "; ".join(x for x in (exact or "no exact difference", times))
 
     # -- for CI -----------------------------------------------------------------------------
     def regressions(self, threshold_share=0.0, layers=False):
@@ -358,6 +546,25 @@ class Comparison:
                        "poorly known%s; record more steps (xsp.step() after each iteration)"
                        % (FEW_ITERATIONS, nb, na,
                           ", and below 2 no change is called" if min(nb, na) < 2 else ""))
+        out.append(self.headline())
+        out.append("")
+        # exact differences first: what the runs did, never noise
+        if self.changed:
+            out.append("Exact differences (per iteration; counted, not timed: no noise)")
+            rows = [[r["figure"], r["name"], r["inputs"], fmt_exact(r["before"]),
+                     fmt_exact(r["after"]), fmt_exact(r["delta"], True)]
+                    for _, r in self.changes.iterrows()]
+            out.extend(_table(["figure", "name", "inputs", "before", "after", "change"],
+                              rows, 3))
+        else:
+            out.append("Exact differences: none (%s compared)" % ", ".join(
+                f for f in EXACT_FIGURES if f not in self.not_compared))
+        if self.not_compared:
+            groups = {}
+            for f, why in self.not_compared.items():
+                groups.setdefault(why, []).append(f)
+            out.append("  (not compared: %s)" % "; ".join(
+                "%s: %s" % (", ".join(fs), why) for why, fs in groups.items()))
         out.append("")
         rows = [[r["figure"]] + _cells(r) for _, r in self.summary.iterrows()
                 if r["figure"] == self.latency or r["before_ns"] or r["after_ns"]]
@@ -424,4 +631,4 @@ class Comparison:
                     len(self.retyped)))
 
 
-__all__ = ["compare", "Comparison"]
+__all__ = ["compare", "Comparison", "EXACT_FIGURES"]

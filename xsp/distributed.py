@@ -284,16 +284,21 @@ def rank_of(trace):
     trace's meta rank (or 0)."""
     import numpy as np
     from .trace import KINDS
+
+    def rank(v, default):           # an int64; anything else (a hand-made file) is not a rank
+        return v if isinstance(v, int) and not isinstance(v, bool) and \
+            -2 ** 63 <= v < 2 ** 63 else default
+
     n = len(trace)
-    out = np.full(n, int(trace.meta.get("rank", 0)) if isinstance(trace.meta.get("rank"), int)
-                  else 0, dtype=np.int64)
+    out = np.full(n, rank(trace.meta.get("rank"), 0), dtype=np.int64)
     region = trace.kind_codes == KINDS.index("region")
     ids, vals = trace.attr_column("rank")
     if len(ids):
-        r_of = dict(zip(ids.tolist(), np.asarray(vals).tolist()))
+        default = int(out[0]) if n else 0
+        r_of = {i: rank(v, default) for i, v in zip(ids.tolist(), np.asarray(vals).tolist())}
         top = trace.nearest_ancestor(region, include_self=True)
         has = top >= 0
-        out[has] = [r_of.get(int(t), out[0]) for t in top[has]]
+        out[has] = [r_of.get(int(t), default) for t in top[has]]
     return out
 
 
@@ -333,15 +338,40 @@ def _comm_mask(trace):
     return np.array([bool(COMM.match(n)) for n in names], dtype=bool)
 
 
+def iterations(trace):
+    """(iteration, latencies): per span, the index of its rank's iteration it belongs to (-1
+    for none: setup, a dropped tail, outside every iteration), and {rank: that rank's
+    iteration latencies (int64 ns)}.  The iterations are xsp.analysis's, as `xsp summary`
+    and the single-process reports find them (docs/analyses.md, "Iterations"), each rank's
+    on its own spans (rank_trace): one rule, so that the setup before the first iteration
+    (under `xsp run`, the script's imports and model building in step#0) is no step."""
+    import numpy as np
+    from . import analysis as A
+    rk = rank_of(trace)
+    out = np.full(len(trace), -1, dtype=np.int64)
+    lat = {}
+    for r in sorted(set(rk.tolist())):
+        sel = np.nonzero(rk == r)[0]
+        src = A._src(trace if len(sel) == len(trace) else rank_trace(trace, r))
+        out[sel] = src.iteration_of()
+        lat[r] = src.latencies()
+    return out, lat
+
+
 def collectives(trace):
     """One row per collective call on each rank: name, index (its ordinal among that rank's
-    calls of the name), rank, start_ns, end_ns, duration_ns, wait_ns (how long this rank
+    calls of the name), rank, iteration (of that rank: iterations(); -1 in setup or outside
+    every iteration), start_ns, end_ns, duration_ns, wait_ns (how long this rank
     waited for the last one to arrive: the latest start among the ranks minus its own), last
     (this rank arrived last) and caused_ns (for the last one: the longest wait it caused,
     the latest start minus the earliest; 0 for the others).  A collective is an outermost communication span (names
     matching COMM: c10d::*, gloo:*, nccl:*, nccl kernels ...) of the kind the ranks share;
     a call that some rank lacks has wait_ns NaN.  Times are on rank 0's clock (a merged
     trace)."""
+    return _collectives(trace, iterations(trace)[0])
+
+
+def _collectives(trace, it):
     import numpy as np
     import pandas as pd
     from .trace import KINDS
@@ -351,6 +381,7 @@ def collectives(trace):
     names = np.array(trace.strings, dtype=object)[trace.name_codes]
     rows = []
     seen = {}
+    dur = trace.duration_ns                 # once: the property makes a new array per call
     for i in np.nonzero(outer)[0].tolist():
         if KINDS[trace.kind_codes[i]] in ("region", "step", "model"):
             continue
@@ -358,10 +389,10 @@ def collectives(trace):
         k = seen.get(key, 0)
         seen[key] = k + 1
         rows.append({"name": names[i], "index": k, "rank": int(ranks[i]),
-                     "start_ns": int(trace.start_ns[i]), "end_ns": int(trace.end_ns[i]),
-                     "duration_ns": int(trace.duration_ns[i])})
-    df = pd.DataFrame(rows, columns=["name", "index", "rank", "start_ns", "end_ns",
-                                     "duration_ns"])
+                     "iteration": int(it[i]), "start_ns": int(trace.start_ns[i]),
+                     "end_ns": int(trace.end_ns[i]), "duration_ns": int(dur[i])})
+    df = pd.DataFrame(rows, columns=["name", "index", "rank", "iteration", "start_ns",
+                                     "end_ns", "duration_ns"])
     all_ranks = sorted(set(ranks.tolist()))
     wait = np.full(len(df), np.nan)
     last = np.zeros(len(df), dtype=bool)
@@ -384,12 +415,13 @@ def collectives(trace):
 
 def ranks(trace):
     """One row per rank of a merged trace (or the one rank of a single trace): rank, host,
-    steps, step_ns (mean step latency), step_std_ns (ddof 1), and per step the means of
-    comm_ns (time covered by communication spans), compute_ns (covered by other ops and GPU
-    work, outermost, every thread), overlap_ns (covered by both), wait_ns (waiting in
-    collectives for the last rank: collectives()' wait_ns summed), then last_arrivals (the
-    collectives this rank arrived last at) and straggler (the rank with the largest mean
-    step latency)."""
+    steps (the rank's iterations, as `xsp summary` counts them: iterations()), step_ns (their
+    mean latency), step_std_ns (ddof 1), and per iteration the means of comm_ns (time covered
+    by communication spans), compute_ns (covered by other ops and GPU work, outermost, every
+    thread), overlap_ns (covered by both), wait_ns (waiting in collectives for the last rank:
+    collectives()' wait_ns summed), caused_ns, then last_arrivals (the collectives this rank
+    arrived last at) and straggler; every figure over the iterations only, never the setup
+    before the first one."""
     import numpy as np
     import pandas as pd
     from .trace import KINDS
@@ -399,7 +431,12 @@ def ranks(trace):
     comp_mask = np.isin(kinds, COMPUTE_KINDS) & ~comm
     comp_outer = comp_mask & (trace.nearest_ancestor(comp_mask | comm, include_self=False) < 0)
     comm_outer = comm & (trace.nearest_ancestor(comm, include_self=False) < 0)
-    coll = collectives(trace)
+    it, lats = iterations(trace)
+    in_it = it >= 0
+    comp_outer &= in_it
+    comm_outer &= in_it
+    coll = _collectives(trace, it)
+    coll = coll[coll["iteration"] >= 0]
     # one row per call the user made: c10d's ops when there are any (every backend's
     # collectives go through them), not again the backend's own spans of the same call
     if coll["name"].str.startswith("c10d::").any():
@@ -408,14 +445,13 @@ def ranks(trace):
     start, end = trace.start_ns, trace.end_ns
     for r in sorted(set(rk.tolist())):
         mine = rk == r
-        steps = np.nonzero(mine & (kinds == "step"))[0]
-        lat = trace.duration_ns[steps].astype(np.float64)
-        n = max(len(steps), 1)
+        lat = lats[r].astype(np.float64)
+        n = max(len(lat), 1)
         cu = _union(list(zip(start[mine & comm_outer].tolist(), end[mine & comm_outer].tolist())))
         pu = _union(list(zip(start[mine & comp_outer].tolist(), end[mine & comp_outer].tolist())))
         c = coll[coll["rank"] == r]
         host = trace.meta.get("rank%d.host" % r, trace.meta.get("host", ""))
-        rows.append({"rank": r, "host": host, "steps": len(steps),
+        rows.append({"rank": r, "host": host, "steps": len(lat),
                      "step_ns": float(lat.mean()) if len(lat) else np.nan,
                      "step_std_ns": float(lat.std(ddof=1)) if len(lat) > 1 else np.nan,
                      "comm_ns": _length(cu) / n, "compute_ns": _length(pu) / n,
@@ -461,7 +497,8 @@ def text(trace):
     for x in rows:
         out.append("  " + "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i])
                                     for i, c in enumerate(x)))
-    out.append("(per step means; compute, comm and overlap: time covered on the rank's "
+    out.append("(per iteration means, the setup before the first left out, as xsp summary "
+               "finds them; compute, comm and overlap: time covered on the rank's "
                "threads; wait: in collectives, for the last rank to arrive; caused: the "
                "waiting it caused by arriving last; last: collectives it arrived last at; "
                "* the straggler: the rank the others wait for)")
@@ -476,13 +513,15 @@ def text(trace):
     return "\n".join(out) + "\n"
 
 
-__all__ += ["merge", "MergeError", "rank_of", "collectives", "ranks", "text", "COMM"]
+__all__ += ["merge", "MergeError", "rank_of", "iterations", "collectives", "ranks", "text",
+            "COMM"]
 
 
 def rank_trace(trace, rank):
     """One rank's spans of a merged trace as a trace of their own (times on rank 0's clock,
     meta the job's plus rank), for the single-process analyses and reports.  ValueError when
-    the trace has no such rank."""
+    the trace has no such rank; xsp.TraceFormatError when one of its tracks has a kind other
+    than 0, 1, 2 (a file may hold any)."""
     import numpy as np
 
     from . import _core
@@ -497,26 +536,41 @@ def rank_trace(trace, rank):
     used = sorted(set(trace.thread_index[sel].tolist()))
     tmap = {t: i for i, t in enumerate(used)}
     prefix = "rank %d: " % rank
-    threads = [(tid, name[len(prefix):] if name.startswith(prefix) else name, kind)
+    threads = [(tid, name[len(prefix):] if isinstance(name, str) and name.startswith(prefix)
+                else name, kind)
                for tid, name, kind in (trace.threads[t] for t in used)]
+    for t, (_, _, kind) in zip(used, threads):
+        if kind not in (0, 1, 2):       # a file may hold any uint32 there; a build takes 0..2
+            e = _core.TraceFormatError(
+                "rank_trace: track %d has kind %d, which this xsp cannot rebuild (0 CPU thread, "
+                "1 GPU stream, 2 overhead): the trace was written by another xsp or damaged"
+                % (t, kind))
+            e.path = e.offset = None
+            raise e
     spans = []
     names = trace.strings
+    # the columns as lists once (parent_ids makes a new array per call); the file's uint64
+    # times (the int64 columns wrap past 2**63)
+    start, end = trace.start_ns.view(np.uint64).tolist(), trace.end_ns.view(np.uint64).tolist()
+    parents, remap_l = trace.parent_ids.tolist(), remap.tolist()
+    levels, kinds = trace.level_codes.tolist(), trace.kind_codes.tolist()
+    name_codes, thread_idx = trace.name_codes.tolist(), trace.thread_index.tolist()
+    flags = trace.flag_bits.tolist()
     for i in sel.tolist():
         a = trace.attrs_of(i)
         for key in ("fwd_op", "api"):
             if isinstance(a.get(key), int):
-                v = remap[a[key]] if 0 <= a[key] < len(trace) else -1
+                v = remap_l[a[key]] if 0 <= a[key] < len(trace) else -1
                 if v >= 0:
-                    a[key] = int(v)
+                    a[key] = v
                 else:
                     del a[key]
-        p = int(trace.parent_ids[i])
-        spans.append((int(trace.start_ns[i]), int(trace.end_ns[i]),
-                      int(remap[p]) if p >= 0 else -1, int(trace.level_codes[i]),
-                      int(trace.kind_codes[i]), names[trace.name_codes[i]],
-                      tmap[int(trace.thread_index[i])], int(trace.flag_bits[i]), a))
+        p = parents[i]
+        spans.append((start[i], end[i], remap_l[p] if p >= 0 else -1, levels[i], kinds[i],
+                      names[name_codes[i]], tmap[thread_idx[i]], flags[i], a))
     meta = {k: v for k, v in trace.meta.items() if not k.startswith("rank") or k == "ranks"}
-    meta.update(rank=int(rank), pid=int(trace.meta.get("rank%d.pid" % rank, -1)),
+    pid = trace.meta.get("rank%d.pid" % rank, -1)
+    meta.update(rank=int(rank), pid=pid if isinstance(pid, int) else -1,
                 host=str(trace.meta.get("rank%d.host" % rank, "")),
                 region=names[trace.name_codes[sel[0]]])
     meta.pop("ranks", None)

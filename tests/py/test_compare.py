@@ -145,7 +145,13 @@ def test_text_has_units_in_the_cells_and_signed_changes():
                         "largest rows)")
     assert lines[3].startswith("note: fewer than 5 iterations in a run (4 and 4): the noise "
                                "is poorly known; record more steps")
+    # then what differs, and the exact figures (none here: the same ops in every iteration)
+    assert lines[4] == "no exact difference; 6 rows beyond noise, 4 within noise"
+    assert lines[6] == "Exact differences: none (op calls compared)"
+    assert lines[7].startswith("  (not compared: input shapes, FLOPs, bytes moved: "
+                               "record_shapes=True not in either run; kernel launches, ")
     i = lines.index("") + 1
+    i = lines.index("", i) + 1
     assert lines[i].split() == ["figure", "before", "after", "change", "noise", "verdict"]
     assert lines[i + 1].split() == ["step", "480", "ns", "560", "ns", "+80", "ns", "(+16.7%)",
                                     "58", "ns", "slower"]
@@ -371,3 +377,142 @@ def test_two_recorded_runs_end_to_end():
     assert set(c.layers["verdict"]) <= {"slower", "faster", "within noise"}
     text = c.text(top=5)
     assert "Layers retyped" in text and "Layers added" in text
+
+
+# -- exact differences on real runs -----------------------------------------------------------
+def _mlp_run(fake_clock, extra=False, batch=4, memory=False):
+    """An MLP (Linear 8->16, ReLU, [Linear 16->16,] Linear 16->4) run 3 times under
+    xsp.profile(levels="ML", record_shapes=True), xsp.step() after each, on the core's fake
+    clock (every reading 10 ns after the last): times follow from the spans recorded, not from
+    the machine.  extra: the third Linear; batch: the input's rows; memory: profile_memory
+    instead of record_shapes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), *([nn.Linear(16, 16)] if extra else []),
+                          nn.Linear(16, 4))
+    x = torch.randn(batch, 8)
+    with torch.no_grad():
+        model(x)                            # warm up outside the profile
+        fake_clock(1000, 10)
+        opts = {"profile_memory": True} if memory else {"record_shapes": True}
+        with xsp.profile(levels="ML", **opts) as prof:
+            for _ in range(3):
+                model(x)
+                xsp.step()
+        fake_clock(0, 0)
+    return prof.trace
+
+
+def _changes(c):
+    return [(r["figure"], r["name"], r["inputs"], r["before"], r["after"])
+            for _, r in c.changes.iterrows()]
+
+
+def test_an_extra_linear_is_listed_exactly_op_calls_shapes_and_flops(fake_clock):
+    """Regression: compare ranked times only, so an extra layer showed as a few "slower" rows
+    among noise.  The exact figures come first: one more aten::linear (and the ops it calls)
+    per iteration, its inputs, and its 2 x 4 x 16 x 16 = 2048 FLOPs."""
+    c = compare(_mlp_run(fake_clock), _mlp_run(fake_clock, extra=True))
+    assert c.changed and c.iterations == (3, 3)
+    got = _changes(c)
+    calls = [g[1:2] + g[3:] for g in got if g[0] == "op calls"]
+    assert calls == [("aten::linear", 2, 3), ("aten::t", 2, 3), ("aten::transpose", 2, 3),
+                     ("aten::as_strided", 4, 6), ("aten::addmm", 2, 3), ("aten::expand", 2, 3),
+                     ("aten::copy_", 2, 3), ("aten::resolve_conj", 4, 6)]
+    shapes = {g[1:5] for g in got if g[0] == "input shapes"}
+    assert ("aten::linear", "[[4, 16], [16, 16], [16]]", 0, 1) in shapes
+    assert ("aten::addmm", "[[16], [4, 16], [16, 16], [], []]", 0, 1) in shapes
+    # FLOPs: addmm 2*4*8*16 + 2*4*16*4 = 1536 before, + 2*4*16*16 = 3584 after
+    assert [g[1:2] + g[3:] for g in got if g[0] == "FLOPs"] == [
+        ("(total)", 1536, 3584), ("aten::addmm", 1536, 3584)]
+    # bytes moved by the new addmm: reads bias 16, input 4x16, weight 16x16, writes 4x16
+    # floats: (16 + 64 + 256 + 64) * 4 = 1600
+    by = {g[1]: (g[3], g[4]) for g in got if g[0] == "bytes moved"}
+    assert by["aten::addmm"][1] - by["aten::addmm"][0] == 1600
+    assert c.not_compared == {f: "level G not in either run" for f in (
+        "kernel launches", "copies", "memsets", "syncs")} | {
+        f: "profile_memory=True not in either run" for f in ("allocations", "bytes allocated")}
+    assert c.added[["name", "type"]].values.tolist() == [["3", "Linear"]]
+    text = c.text()
+    lines = text.splitlines()
+    assert lines[4].startswith("21 exact differences; ")
+    e = lines.index("Exact differences (per iteration; counted, not timed: no noise)")
+    assert lines[e + 1].split() == ["figure", "name", "inputs", "before", "after", "change"]
+    assert lines[e + 2].split() == ["op", "calls", "aten::linear", "2", "3", "+1"]
+    flops = [ln.split() for ln in lines if ln.startswith("  FLOPs")]
+    assert flops[0] == ["FLOPs", "(total)", "1,536", "3,584", "+2,048"]
+    # the exact section comes before the times
+    assert e < lines.index("Layers added (in after only; time per iteration)")
+    # on the fake clock the extra layer's spans add time in every iteration alike: the step
+    # is slower, and the ops that explain it come first
+    assert c.summary["verdict"][0] == "slower"
+    assert c.ops["verdict"].iloc[0] == "slower"
+    assert c.ops["delta_ns"].iloc[0] == c.ops["delta_ns"].max()
+
+
+def test_another_batch_size_changes_the_shapes_and_flops_not_the_op_calls(fake_clock):
+    c = compare(_mlp_run(fake_clock), _mlp_run(fake_clock, batch=6))
+    got = _changes(c)
+    assert {g[0] for g in got} == {"input shapes", "FLOPs", "bytes moved"}
+    shapes = [g[1:5] for g in got if g[0] == "input shapes"]
+    assert ("aten::linear", "[[4, 8], [16, 8], [16]]", 1, 0) in shapes
+    assert ("aten::linear", "[[6, 8], [16, 8], [16]]", 0, 1) in shapes
+    assert ("aten::relu", "[[6, 16]]", 0, 1) in shapes
+    assert len(shapes) == 22            # 11 signatures with 4 rows, each gone, 11 with 6
+    # FLOPs scale with the batch: 1536 * 6 / 4
+    assert [g[1:2] + g[3:] for g in got if g[0] == "FLOPs"] == [
+        ("(total)", 1536, 2304), ("aten::addmm", 1536, 2304)]
+
+
+def test_identical_workloads_have_no_exact_difference_whatever_the_timing(fake_clock):
+    """The exact part never depends on time: two runs of one model, one on the fake clock and
+    one on the real clock, do the same work."""
+    before = _mlp_run(fake_clock)
+    torch.manual_seed(0)
+    after = _mlp_run(fake_clock)
+    c = compare(before, after)
+    assert not c.changed and len(c.changes) == 0
+    assert c.headline() == "no difference beyond noise; 16 rows within noise"
+    text = c.text()
+    assert text.splitlines()[4] == "no difference beyond noise; 16 rows within noise"
+    assert "Exact differences: none (op calls, input shapes, FLOPs, bytes moved compared)" \
+        in text
+    # on the real clock the times differ, the exact figures do not
+    model, x = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), torch.randn(4, 8)
+    with torch.no_grad(), xsp.profile(levels="ML", record_shapes=True) as prof:
+        for _ in range(3):
+            model(x)
+            xsp.step()
+    real = compare(before, prof.trace)
+    assert len(real.changes) == 0 and not real.changed
+    assert real.headline().startswith(("no difference beyond noise", "no exact difference"))
+
+
+def test_bytes_allocated_from_profile_memory(fake_clock):
+    same = compare(_mlp_run(fake_clock, memory=True), _mlp_run(fake_clock, memory=True))
+    assert not same.changed and "bytes allocated" not in same.not_compared
+    c = compare(_mlp_run(fake_clock, memory=True), _mlp_run(fake_clock, batch=6, memory=True))
+    # the outputs of both addmm and the relu, float32: (4x16 + 4x16 + 4x4) x 4 bytes -> with
+    # 6 rows (6x16 + 6x16 + 6x4) x 4
+    assert _changes(c) == [("bytes allocated", "cpu", "", 576, 864)]
+    assert c.not_compared["FLOPs"] == "record_shapes=True not in either run"
+    # one run with shapes, one without: the shapes are not compared, and it says which
+    mixed = compare(_mlp_run(fake_clock), _mlp_run(fake_clock, memory=True))
+    assert mixed.not_compared["input shapes"] == "record_shapes=True not in after"
+    assert mixed.not_compared["allocations"] == "profile_memory=True not in before"
+
+
+def test_cli_fail_on_change(tmp_path, capsys, fake_clock):
+    _mlp_run(fake_clock).save(str(tmp_path / "b.xsp"))
+    _mlp_run(fake_clock, extra=True).save(str(tmp_path / "a.xsp"))
+    _mlp_run(fake_clock).save(str(tmp_path / "same.xsp"))
+    b, a, same = (str(tmp_path / f) for f in ("b.xsp", "a.xsp", "same.xsp"))
+    assert cli.main(["compare", b, a]) == 0              # without the flag: 0
+    capsys.readouterr()
+    assert cli.main(["compare", b, a, "--fail-on-change"]) == 4
+    err = capsys.readouterr().err
+    assert err == ("xsp compare: the runs did different work: 21 exact differences, the first "
+                   "op calls aten::linear 2 -> 3 per iteration (--fail-on-change)\n")
+    assert cli.main(["compare", b, same, "--fail-on-change"]) == 0
+    assert capsys.readouterr().err == ""
+    # --fail-above's status wins: the step got slower beyond noise (the fake clock's spans)
+    assert cli.main(["compare", b, a, "--fail-above", "1", "--fail-on-change"]) == 3

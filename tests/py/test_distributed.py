@@ -263,3 +263,76 @@ def test_fake_clock_offsets_are_recovered_exactly(tmp_path):
     assert len(steps[0]) == 3 and steps[1] == steps[0]
     r1 = [s for s in xsp.load(paths[1]) if s.kind == "step"]
     assert [s.start_ns for s in r1] == [t + dist_worker.FAKE_BASE for _, t, _ in steps[0]]
+
+
+def xsp_run_rank(rank, setup_ns=1000000, step_ns=300000):
+    """A rank's trace shaped as `xsp run` records a training script that calls xsp.step() at
+    the end of each of 3 iterations: step#0 holds the setup (imports, model building and DDP's
+    initial c10d::broadcast_ of the parameters, rank 1's 400 us after rank 0's) and then the
+    first iteration, from its model call; every iteration is step_ns long: a 200 us Net call,
+    then a c10d::allreduce_ that rank 1 enters 5 us after rank 0, ending at 290 us."""
+    K = KINDS.index
+    t0 = 1000
+    meta = {"rank": rank, "world_size": 2, "pid": 100 + rank, "host": "h", "levels": "ML",
+            "region": "xsp run", "job_id": "00000000000000bb", "clock.sync": "process group",
+            "clock.offset_ns": 0.0, "clock.error_ns": 0.0, "clock.at_ns": t0}
+    end = t0 + setup_ns + 3 * step_ns
+    spans = [[t0, end, -1, 0, K("region"), "xsp run", 0, 0, {}]]
+    for k in range(3):
+        b = t0 + setup_ns + k * step_ns            # the iteration's start
+        st = len(spans)
+        spans.append([t0 if k == 0 else b, b + step_ns, 0, 0, K("step"), "step#%d" % k, 0, 0,
+                      {}])
+        if k == 0:
+            spans.append([t0 + 100 + rank * 400000, t0 + 500000, st, 1, K("op"),
+                          "c10d::broadcast_", 0, 0, {}])
+        spans.append([b, b + 200000, st, 0, K("model"), "Net", 0, 0, {}])
+        spans.append([b + 200000 + rank * 5000, b + 290000, st, 1, K("op"),
+                      "c10d::allreduce_", 0, 0, {}])
+    return Trace(_core.build(spans, [(1000 + rank, "MainThread", 0)], meta, {}))
+
+
+def test_ranks_table_leaves_the_setup_step_out():
+    """Regression: `xsp merge` under `xsp run` gave a mean step of 1.081 s +- 2.020 s against
+    about 300 ms per iteration: ranks() averaged every step span, step#0's setup included.
+    The cross-rank tables use the iterations as `xsp summary` finds them (xsp.analysis), so
+    every rank has 3 iterations of exactly 300 us, and the setup's broadcast (where rank 1
+    arrives 400 us late) is in no wait, cause or arrival count."""
+    from xsp import analysis as A
+    job = D.merge([xsp_run_rank(0), xsp_run_rank(1)])
+    # the same rule as the summary: one rank's iterations, and its setup
+    for r in (0, 1):
+        one = D.rank_trace(job, r)
+        assert A.model_latency(one)["latency_ns"].tolist() == [300000] * 3
+        assert A.setup(one)["duration_ns"] == 1000000
+    table = D.ranks(job)
+    assert table["steps"].tolist() == [3, 3]
+    assert table["step_ns"].tolist() == [300000.0, 300000.0]
+    assert table["step_std_ns"].tolist() == [0.0, 0.0]
+    # per iteration: rank 0 waits 5 us for rank 1 at each allreduce, never the setup's 400 us
+    assert table["wait_ns"].tolist() == [5000.0, 0.0]
+    assert table["caused_ns"].tolist() == [0.0, 5000.0]
+    assert table["last_arrivals"].tolist() == [0, 3]
+    assert table["straggler"].tolist() == [False, True]
+    # comm: the allreduce, 90 us (rank 0) and 85 us (rank 1) per iteration
+    assert table["comm_ns"].tolist() == [90000.0, 85000.0]
+    coll = D.collectives(job)
+    assert coll[["name", "rank", "iteration"]].values.tolist() == [
+        ["c10d::broadcast_", 0, -1], ["c10d::broadcast_", 1, -1],
+        ["c10d::allreduce_", 0, 0], ["c10d::allreduce_", 1, 0],
+        ["c10d::allreduce_", 0, 1], ["c10d::allreduce_", 1, 1],
+        ["c10d::allreduce_", 0, 2], ["c10d::allreduce_", 1, 2]]
+    text = D.text(job)
+    assert "per iteration means, the setup before the first left out" in text
+    assert "straggler: rank 1, last at 3 of 3 collectives" in text
+
+
+def test_fake_clock_job_s_ranks_table_counts_the_summary_s_iterations(tmp_path):
+    """On a real 2-rank job on the fake clock, each rank's row of ranks() has exactly the
+    iterations and mean step that xsp.analysis finds in that rank's trace."""
+    from xsp import analysis as A
+    job = D.merge(run_job(tmp_path, 2, slow=-1, steps=3))
+    table = D.ranks(job)
+    for r in (0, 1):
+        lat = A.model_latency(D.rank_trace(job, r))["latency_ns"]
+        assert (table["steps"][r], table["step_ns"][r]) == (len(lat), float(lat.mean()))

@@ -57,9 +57,12 @@ LAYERS = {
 }
 # imports allowed within one layer (the graph must still have no cycle): errors re-exports the
 # exception classes the C core defines; measure runs profiles; comparing two runs compares
-# their analyses; the roofline reads xsp.flops' op costs; the entry points use the package
+# their analyses (and their FLOPs and memory); the analyses across ranks find each rank's
+# iterations as the analyses do; the roofline reads xsp.flops' op costs; the entry points use
+# the package
 SAME_LAYER = {("errors", "_core"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
               ("leveled", "profiler"), ("compare", "analysis"), ("analysis", "flops"),
+              ("compare", "flops"), ("compare", "memory"), ("distributed", "analysis"),
               ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli")}
 # the modules above the data layer that must not touch a Trace's or Span's private members
 # (profiler.py builds the Trace and is checked by the layer rule only)
