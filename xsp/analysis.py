@@ -312,9 +312,9 @@ def model_latency(source, batch_size=None):
         raise ValueError("batch_size must be a positive int, not %r" % (batch_size,))
     ids, ws, we, _ = src.windows()
     lat = we - ws
-    tput = (batch_size * 1e9 / lat.astype(np.float64)) if batch_size else \
-        np.full(len(ids), np.nan)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore"):          # a zero-length iteration: inf per second
+        tput = (batch_size * 1e9 / lat.astype(np.float64)) if batch_size else \
+            np.full(len(ids), np.nan)
         return pd.DataFrame({
             "iteration": np.arange(len(ids), dtype=np.int64),
             "id": ids.astype(np.int64),
@@ -1152,9 +1152,9 @@ def _layer_times(src, scope, gpu, work, is_op):
     bwp = nearest_ancestor(src.parent, _phase_masks(src)["backward"], include_self=True) >= 0
     fwd, bwd = {}, {}
 
-    def add(d, keys, vals):
+    def add(d, keys, vals):         # sums wrap as int64 ones do (times past 2**63 in a file)
         for kk, v in zip(keys.tolist(), vals.tolist()):
-            d[kk] = d.get(kk, 0) + int(v)
+            d[kk] = (d.get(kk, 0) + int(v) + (1 << 63)) % (1 << 64) - (1 << 63)
     if gpu:
         sel = np.isin(src.kind, GPU_WORK) & scope
         for d, m in ((fwd, sel & ~bwp), (bwd, sel & bwp)):

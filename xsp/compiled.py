@@ -58,6 +58,7 @@ call, and Dynamo would compile it as user code.  A failure inside the callbacks 
 Reading: compile_mask(trace), compiles(trace) (a DataFrame), compiling_steps(trace) and
 summary(trace); xsp.measure leaves the iterations that compiled out of its statistics.
 """
+import numbers
 import re
 import sys
 import threading
@@ -657,16 +658,17 @@ def compiles(trace):
     for g in gb.tolist():
         reasons.setdefault(int(under[g]), []).append(trace.attrs_of(g).get("reason", "?"))
     rows = []
+    dur = trace.duration_ns                 # once: the property makes a new array per call
     for i in ids.tolist():
         a = trace.attrs_of(i)
         rows.append({"id": i, "name": trace.strings[trace.name_codes[i]],
                      "type": a.get("type"), "start_ns": int(trace.start_ns[i]),
-                     "duration_ns": int(trace.duration_ns[i]),
+                     "duration_ns": int(dur[i]),
                      "step": trace.strings[trace.name_codes[step[i]]] if step[i] >= 0 else None,
                      "compile_id": a.get("compile_id"), "frame": a.get("frame"),
                      "outcome": a.get("outcome"), "reason": a.get("reason", ""),
                      "graphs": a.get("graphs"), "graph_breaks": a.get("graph_breaks"),
-                     "graph_break_reasons": "; ".join(reasons.get(i, []))})
+                     "graph_break_reasons": "; ".join(map(str, reasons.get(i, [])))})
     cols = ["id", "name", "type", "start_ns", "duration_ns", "step", "compile_id", "frame",
             "outcome", "reason", "graphs", "graph_breaks", "graph_break_reasons"]
     return pd.DataFrame(rows, columns=cols)
@@ -680,7 +682,8 @@ def summary(trace):
     if not len(df):
         return None
     return {"compiles": int(len(df)), "recompiles": int((df["type"] == "recompile").sum()),
-            "graph_breaks": int(sum(int(v or 0) for v in df["graph_breaks"])),
+            "graph_breaks": int(sum(int(v) for v in df["graph_breaks"]     # ints only: a
+                                    if isinstance(v, numbers.Integral))),      # hand-made file
             "compile_ns": int(df["duration_ns"].sum()),
             "steps": [s for s in dict.fromkeys(df["step"]) if s is not None]}
 

@@ -98,7 +98,7 @@ def thread_pids(trace, pid):
         p = pid
         if merged and isinstance(name, str) and name.startswith("rank "):
             head = name[5:].split(":", 1)[0]
-            if head.isdigit():
+            if head.isascii() and head.isdigit():       # int() takes other digits too
                 v = trace.meta.get("rank%s.pid" % head)
                 p = v if isinstance(v, int) and v >= 0 else int(head)
         out.append(p)
@@ -147,8 +147,26 @@ def _put_inputs(args, a):
         if isinstance(v, str):
             try:
                 args[dst] = json.loads(v)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
+
+
+def _span_ref(a, key, n):
+    """Attribute key of a (a span id: fwd_op, api) when it names one of the trace's n spans,
+    else None (a hand-made or damaged trace)."""
+    v = a.get(key)
+    return v if isinstance(v, int) and 0 <= v < n else None
+
+
+def _listed(v):
+    """The value of a "k.<arg>[]" attribute (a list the reader kept as JSON text): the list
+    back, or v itself when it is not a string holding JSON (a hand-made or edited trace)."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return json.loads(v)
+    except (ValueError, RecursionError):        # not JSON, or nested too deep to parse
+        return v
 
 
 def write(trace, path, *, base_ns=None, leveled=None):
@@ -172,7 +190,8 @@ def write(trace, path, *, base_ns=None, leveled=None):
 def _events_text(trace, base_ns, leveled):
     meta = trace.meta
     if base_ns is None:
-        base_ns = int(meta.get("kineto.baseTimeNanoseconds", 0))
+        base_ns = meta.get("kineto.baseTimeNanoseconds", 0)
+        base_ns = base_ns if isinstance(base_ns, int) else 0      # a hand-made meta: 0
     pid = meta.get("pid")
     if not (isinstance(pid, int) and 0 <= pid < 2 ** 31):
         pid = int(meta.get("kineto.pid", os.getpid())) if isinstance(
@@ -318,7 +337,7 @@ def _events_text(trace, base_ns, leveled):
             seq = a.get("seq")
             if isinstance(seq, int) and seq >= 0 and k in ("op", "backward"):
                 args["Sequence number"] = seq
-                if k == "backward" and isinstance(a.get("fwd_op"), int):
+                if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
                     f_thread = threads[thread_idx[a["fwd_op"]]][0]
                     args["Fwd thread id"] = cpu_rank.get(f_thread, 0)
                 else:
@@ -343,8 +362,9 @@ def _events_text(trace, base_ns, leveled):
                 if "registers" in a:
                     args["registers per thread"] = a["registers"]
                 if "smem_static" in a or "smem_dynamic" in a:
-                    args["shared memory"] = int(a.get("smem_static", 0)) + int(
-                        a.get("smem_dynamic", 0))
+                    smem = [a.get(key, 0) for key in ("smem_static", "smem_dynamic")]
+                    if all(isinstance(v, int) for v in smem):   # else only as xsp.smem_*
+                        args["shared memory"] = sum(smem)
                 if "grid_x" in a:
                     args["grid"] = [a.get("grid_x", 1), a.get("grid_y", 1), a.get("grid_z", 1)]
                 if "block_x" in a:
@@ -353,7 +373,8 @@ def _events_text(trace, base_ns, leveled):
             if k in ("memcpy", "memset") and "bytes" in a:
                 args["bytes"] = a["bytes"]
                 d_ns = end[i] - start[i]
-                args["memory bandwidth (GB/s)"] = (a["bytes"] / d_ns) if d_ns else 0.0
+                if isinstance(a["bytes"], (int, float)):
+                    args["memory bandwidth (GB/s)"] = (a["bytes"] / d_ns) if d_ns else 0.0
         # what only xsp knows
         args["xsp.id"] = i
         args["xsp.kind"] = k
@@ -365,10 +386,7 @@ def _events_text(trace, base_ns, leveled):
                 raw = key[len(ARG):]
                 if key.endswith("[]"):
                     raw = raw[:-2]
-                    try:
-                        v = json.loads(v)
-                    except ValueError:
-                        pass
+                    v = _listed(v)
                 args[raw] = v
             elif key not in ("seq", "fwd_op"):
                 args.setdefault("xsp." + key, v)
@@ -384,14 +402,14 @@ def _events_text(trace, base_ns, leveled):
                 _dumps(cat), _dumps(name), _dumps(p_), _dumps(t_))
         lines.append('%s"ts": %s, "dur": %s, "args": %s}' % (h, ts, dur, _dumps(args)))
         # flows
-        if k in GPU_WORK and "correlation" in a and isinstance(a.get("api"), int):
+        if k in GPU_WORK and "correlation" in a and _span_ref(a, "api", n) is not None:
             j = a["api"]
             pj, tj = track[thread_idx[j]]
             flows.append(({"ph": "s", "id": a["correlation"], "pid": pj, "tid": tj,
                            "cat": "ac2g", "name": "ac2g"}, _us(start[j] - base_ns)))
             flows.append(({"ph": "f", "id": a["correlation"], "pid": p_, "tid": t_,
                            "cat": "ac2g", "name": "ac2g", "bp": "e"}, ts))
-        if k == "backward" and isinstance(a.get("fwd_op"), int):
+        if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
             j = a["fwd_op"]
             flow_id += 1
             pj, tj = track[thread_idx[j]]

@@ -148,6 +148,12 @@ def _derive(seed, label, i, bits):
     return int.from_bytes(h.digest(), "big") or 1
 
 
+class TimeRangeError(ValueError):
+    """A span's time, anchored to the wall clock, is outside what OTLP can carry (0 to
+    2**64-1 ns since the Unix epoch): the trace's times or its wall-clock offset are not
+    what its meta says (a file made by hand or damaged)."""
+
+
 def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=None,
           trace_id=None):
     """The trace's spans as OpenTelemetry SDK spans (a list of ReadableSpan, in xsp id
@@ -166,8 +172,9 @@ def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=
     id (with trace_per="step", a span whose parent is in another trace, a step span, is a root
     and links to that parent instead).  Times are Unix-epoch ns (wall_clock(trace)); with no
     recorded wall-clock anchor an XSPWarning says that it was estimated at export.  Raises
-    ImportError without the OpenTelemetry packages, ValueError or TypeError for a bad option;
-    the trace is only read."""
+    ImportError without the OpenTelemetry packages, ValueError or TypeError for a bad option,
+    TimeRangeError (a ValueError) for times that cannot be Unix-epoch ns; the trace is only
+    read."""
     api, Resource, ReadableSpan, InstrumentationScope = _otel()
     trace, leveled = _source(source, leveled)
     if trace_per not in _TRACE_PER:
@@ -199,13 +206,16 @@ def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=
     sampled = api.TraceFlags(api.TraceFlags.SAMPLED)
     ctx = [api.SpanContext(trace_of[i], base + i, is_remote=False, trace_flags=sampled)
            for i in range(n)]
-    # Unix-epoch times, in Python ints (the columns are int64)
-    start = [t + offset for t in trace.start_ns.tolist()]
-    end = [t + offset for t in trace.end_ns.tolist()]
-    if n and min(start) < 0:
-        raise ValueError("span %d starts before the Unix epoch once anchored to the wall clock "
-                         "(offset %d ns, %s): the trace's times are not what its meta says"
-                         % (start.index(min(start)), offset, anchor))
+    # Unix-epoch times, in Python ints, from the file's uint64 times (the int64 columns wrap
+    # past 2**63)
+    start = [t % (1 << 64) + offset for t in trace.start_ns.tolist()]
+    end = [t % (1 << 64) + offset for t in trace.end_ns.tolist()]
+    if n and (min(start) < 0 or max(end) >= 1 << 64):
+        i = start.index(min(start)) if min(start) < 0 else end.index(max(end))
+        raise TimeRangeError("span %d %s once anchored to the wall clock (offset %d ns, %s): "
+                             "the trace's times are not what its meta says" % (
+                                 i, "starts before the Unix epoch" if min(start) < 0 else
+                                 "ends past 2**64-1 ns", offset, anchor))
     names = [printable(s) for s in trace.strings]
     threads = [(int(tid), printable(name or "")) for tid, name, _k in trace.threads]
     name_codes, kind_codes = trace.name_codes.tolist(), trace.kind_codes.tolist()
@@ -430,4 +440,5 @@ def write_json(source, path, **options):
     return path
 
 
-__all__ = ["ExportError", "spans", "send", "to_json", "write_json", "wall_clock"]
+__all__ = ["ExportError", "TimeRangeError", "spans", "send", "to_json", "write_json",
+           "wall_clock"]
