@@ -7,6 +7,8 @@ the span table, so a trace and a leveled measurement are analysed by the same co
 Terms (docs/analyses.md has the formulas):
   - iteration: a step span if the trace has steps, else a model span, else the region, else a
     top-level module span (level L alone), else a root span.  Model time = the sum of the iterations' durations; shares are of model time.
+  - compiling iteration: one in which torch.compile compiled (a compile span in it); the
+    tables and their shares leave these out unless include_compile=True (_Source.counted).
   - layer: a `module` span; a leaf layer has no module span below it.  Layer aggregates (ranking,
     types, GPU vs CPU) use leaf layers, so no time is counted twice.
   - GPU work: kernel, memcpy and memset spans.  A layer's or op's GPU time is the duration of
@@ -27,15 +29,19 @@ COMPILE_PREFIXES = ("torch.compile: compile ", "torch.compile: recompile ")
 ITERATION_KINDS = ("step", "model", "region")
 
 
-def _src(source):
-    return source if isinstance(source, _Source) else _Source(source)
+def _src(source, include_compile=False):
+    """The _Source of source (itself when it is one: its include_compile then holds)."""
+    return source if isinstance(source, _Source) else _Source(source, include_compile)
 
 
 class _Source:
     """A normalised source: the span table, the trace metadata, whether G was recorded."""
 
-    def __init__(self, source):
+    def __init__(self, source, include_compile=False):
         self.measurement = None
+        self.include_compile = bool(include_compile)   # the tables count compiling iterations
+        self._compile_spans = None  # compile_spans(), once computed
+        self._counted = None        # counted(), once computed
         self._windows = None
         self._iteration_of = None
         self._phase_masks = None    # _phase_masks(self), once computed
@@ -286,6 +292,62 @@ class _Source:
     def model_time(self):
         return int(self.latencies().sum())
 
+    # -- torch.compile (docs/analyses.md, "Compiling iterations") ----------------------------
+    def compile_spans(self):
+        """Mask of torch.compile's compile spans (kind scope, names COMPILE_PREFIXES)."""
+        if self._compile_spans is None:
+            self._compile_spans = (self.kind == "scope") & pd.Series(
+                self.df["name"].to_numpy(), dtype=object).str.startswith(
+                    COMPILE_PREFIXES, na=False).to_numpy(dtype=bool)
+        return self._compile_spans
+
+    def compiling(self):
+        """A bool per iteration: whether torch.compile compiled in it (a compile span in it),
+        as the report's step line decides it."""
+        out = np.zeros(len(self.iterations()), dtype=bool)
+        cm = self.compile_spans()
+        if cm.any():
+            it = self.iteration_of()[cm]
+            out[it[it >= 0]] = True
+        return out
+
+    def left_out(self):
+        """A bool per iteration: the compiling iterations the tables leave out (none with
+        include_compile, or when every iteration compiled: then they are all there is)."""
+        c = self.compiling()
+        if self.include_compile or c.all():
+            return np.zeros(len(c), dtype=bool)
+        return c
+
+    def counted(self):
+        """Per span: whether the tables count it: in an iteration not left out (left_out())
+        and not under a compile span (what tracing ran is compilation, not the model's work:
+        never counted).  Computed once (the result is shared: read only)."""
+        if self._counted is not None:
+            return self._counted
+        it = self.iteration_of()
+        m = it >= 0
+        cm = self.compile_spans()
+        if cm.any():
+            m &= nearest_ancestor(self.parent, cm, include_self=True) < 0
+            out = self.left_out()
+            if out.any():
+                m &= ~out[np.maximum(it, 0)]
+        self._counted = m
+        return m
+
+    def counted_time(self):
+        """The tables' model time: the latencies of the iterations they count."""
+        return int(self.latencies()[~self.left_out()].sum())
+
+    def tag(self, df):
+        """df with attrs saying what the tables left out: compiling_left_out (iterations),
+        compiling_kept (compiling iterations counted: include_compile, or all compiled)."""
+        c, out = self.compiling(), self.left_out()
+        df.attrs["compiling_left_out"] = int(out.sum())
+        df.attrs["compiling_kept"] = int((c & ~out).sum())
+        return df
+
 
 def _gpu_columns(src):
     """Per span: inclusive kernel count, kernel ns and copy ns (memcpy + memset) of the GPU
@@ -449,9 +511,9 @@ def layers(source, shapes=False):
 
 
 def _leaf_layers(src):
-    """The leaf layer calls inside iterations."""
+    """The leaf layer calls the tables count (_Source.counted)."""
     ids, leaf, _ = _layer_rows(src)
-    keep = ids[leaf[ids] & (src.iteration_of()[ids] >= 0)]
+    keep = ids[leaf[ids] & src.counted()[ids]]
     return pd.DataFrame({
         "id": keep,
         "name": src.df["name"].to_numpy()[keep],
@@ -464,7 +526,7 @@ def _leaf_layers(src):
 def forward_time(src):
     """The forward time of the iterations: their model calls and top-level layer calls."""
     ph = _phase_masks(src)
-    m = (ph["forward"] | ph["toplevel_layers"]) & (src.iteration_of() >= 0)
+    m = (ph["forward"] | ph["toplevel_layers"]) & src.counted()
     return int(src.dur[m].sum())
 
 
@@ -473,27 +535,29 @@ def _backward_by_module(src):
     module: to_pandas' module column; with steps, those in the iterations), a Series."""
     is_bw = src.kind == "backward"
     if (src.kind[src.iterations()] == "step").any():
-        is_bw &= src.iteration_of() >= 0      # iterations are steps: the backward is in them
+        is_bw &= src.counted()                # iterations are steps: the backward is in them
     # else the iterations are the model calls (no steps), which the backward follows
     if not is_bw.any() or "module" not in src.df.columns:
         return pd.Series(dtype=np.int64)
     return pd.Series(src.dur[is_bw]).groupby(src.df["module"].to_numpy()[is_bw]).sum()
 
 
-def layer_ranking(source, n=None):
+def layer_ranking(source, n=None, include_compile=False):
     """Leaf layers in the iterations by total forward latency, slowest first: rank (1, 2,
     ...), name, type, calls, total_ns (forward), mean_ns (total / calls, floored), std_ns (the
     sample standard deviation of the calls' latencies, NaN for one call), backward_ns
     (the autograd backward functions that differentiate the layer's forward ops: the module
     column), forward_share (total_ns / the iterations' forward time: model and top-level layer
     calls), step_share ((total_ns + backward_ns) / the iterations' time) and
-    cumulative_step_share."""
-    src = _src(source)
+    cumulative_step_share.  The iterations in which torch.compile compiled are left out
+    (include_compile=True counts them; docs/analyses.md, "Compiling iterations"): attrs
+    compiling_left_out says how many."""
+    src = _src(source, include_compile)
     leaf = _leaf_layers(src)
     cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "std_ns", "backward_ns",
             "forward_share", "step_share", "cumulative_step_share"]
     if not len(leaf):
-        return _empty(cols)
+        return src.tag(_empty(cols))
     g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
                                              total_ns=("latency_ns", "sum"),
                                              std_ns=("latency_ns", "std"),
@@ -504,25 +568,26 @@ def layer_ranking(source, n=None):
     bw = _backward_by_module(src)
     g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64) if len(bw) else \
         np.zeros(len(g), dtype=np.int64)
-    ft, mt = forward_time(src), src.model_time()
+    ft, mt = forward_time(src), src.counted_time()
     g["forward_share"] = g["total_ns"] / ft if ft else np.nan
     g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
     g["cumulative_step_share"] = g["step_share"].cumsum()
     g["rank"] = np.arange(1, len(g) + 1)
     g = g[cols].reset_index(drop=True)
-    return g if n is None else g.head(n)
+    return src.tag(g if n is None else g.head(n))
 
 
-def layer_types(source):
+def layer_types(source, include_compile=False):
     """Leaf layers in the iterations grouped by type (class): type, count, total_ns (forward),
     backward_ns, count_share (of leaf layer calls), forward_share (of the forward time) and
-    step_share ((total + backward) / the iterations' time), by total latency, largest first."""
-    src = _src(source)
+    step_share ((total + backward) / the iterations' time), by total latency, largest first.
+    Compiling iterations are left out as in layer_ranking."""
+    src = _src(source, include_compile)
     leaf = _leaf_layers(src)
     cols = ["type", "count", "total_ns", "backward_ns", "count_share", "forward_share",
             "step_share"]
     if not len(leaf):
-        return _empty(cols)
+        return src.tag(_empty(cols))
     leaf["type"] = leaf["type"].fillna("?")
     bw = _backward_by_module(src)
     name_type = leaf.groupby("name", sort=False)["type"].first()
@@ -536,10 +601,10 @@ def layer_types(source):
         g["backward_ns"] = np.zeros(len(g), dtype=np.int64)
     g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
     g["count_share"] = g["count"] / len(leaf)
-    ft, mt = forward_time(src), src.model_time()
+    ft, mt = forward_time(src), src.counted_time()
     g["forward_share"] = g["total_ns"] / ft if ft else np.nan
     g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
-    return g[cols].reset_index(drop=True)
+    return src.tag(g[cols].reset_index(drop=True))
 
 
 def redispatches(is_op, names, parent):
@@ -557,18 +622,19 @@ def redispatches(is_op, names, parent):
     return dup
 
 
-def ops(source, by_shape=False, sort="self_ns", n=None):
+def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     """The op table, like torch.profiler's key_averages: one row per op name (and per input
     shapes with by_shape: an op's input_dims, recorded with record_shapes=True, as torch's
     group_by_input_shape uses Input Dims) over the ops in the iterations,
     an op that is the only child of an op of the same name (a redispatch) merged into it as
     torch.profiler does: name, [shapes,] calls, total_ns (inclusive, every call counted, nested calls of the same
     name too, as torch.profiler does), self_ns, mean_ns (total / calls), self_share (self_ns /
-    the iterations' time; ops run while torch.compile compiled, under its compile spans, are
-    not counted), and with level G gpu_ns (the GPU work launched inside the op,
+    the iterations' time), and with level G gpu_ns (the GPU work launched inside the op,
     nested ops included) and gpu_self_ns (launched by the op itself, not a nested op); NaN
-    without G.  Sorted by `sort` (a column name), largest first."""
-    src = _src(source)
+    without G.  Sorted by `sort` (a column name), largest first.  Ops run while torch.compile
+    compiled, under its compile spans, are never counted, and the iterations in which it
+    compiled are left out as in layer_ranking (include_compile=True counts them)."""
+    src = _src(source, include_compile)
     cols = ["name"] + (["shapes"] if by_shape else []) + [
         "calls", "total_ns", "self_ns", "mean_ns", "std_ns", "self_share", "gpu_ns",
         "gpu_self_ns"]
@@ -582,20 +648,16 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
     if by_shape and shape_col is None:
         raise ValueError("this trace has no op input shapes: record it with "
                          "xsp.profile(..., record_shapes=True)")
-    sel = (src.kind == "op") & (src.iteration_of() >= 0)
-    par = src.parent
     # what torch.compile runs while it compiles (tracing with fake tensors) is compilation,
-    # shown as its own spans (xsp.compiled), not the iteration's ops
+    # shown as its own spans (xsp.compiled), not the iteration's ops: counted() leaves it out
+    sel = (src.kind == "op") & src.counted()
+    par = src.parent
     names = src.df["name"].to_numpy()
-    compiling = (src.kind == "scope") & src.df["name"].astype(str).str.startswith(
-        COMPILE_PREFIXES).to_numpy(dtype=bool)
-    if compiling.any():
-        sel &= nearest_ancestor(par, compiling, include_self=True) < 0
     dup = redispatches(src.kind == "op", names, par) & sel
     sel &= ~dup
     ids = np.nonzero(sel)[0]
     if not len(ids):
-        return _empty(cols)
+        return src.tag(_empty(cols))
     # a merged redispatch's self time is its own: it goes to the call it is merged into (the
     # top of its chain of same-name single children)
     self_ns = src.col("self_ns", 0).astype(np.int64)
@@ -628,11 +690,11 @@ def ops(source, by_shape=False, sort="self_ns", n=None):
         g["gpu_ns"] = np.nan
         g["gpu_self_ns"] = np.nan
     g["mean_ns"] = g["total_ns"] // g["calls"]
-    mt = src.model_time()
+    mt = src.counted_time()
     g["self_share"] = g["self_ns"] / mt if mt else np.nan
     g = g.sort_values([sort, "first"], ascending=[False, True], kind="stable")
     g = g[cols].reset_index(drop=True)
-    return g if n is None else g.head(n)
+    return src.tag(g if n is None else g.head(n))
 
 
 KERNEL_ATTRS = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
@@ -666,34 +728,35 @@ def kernels(source):
     return df
 
 
-def kernels_by_name(source):
+def kernels_by_name(source, include_compile=False):
     """Kernels aggregated by name: name, count, total_ns, mean_ns (floored), min_ns, max_ns and
-    share (total / model time), largest total first.  Empty without level G."""
-    src = _src(source)
+    share (total / model time), largest total first.  Empty without level G.  Compiling
+    iterations are left out as in layer_ranking."""
+    src = _src(source, include_compile)
     k = kernels(src)
-    k = k[k["iteration"] >= 0]
+    k = k[src.counted()[k["id"].to_numpy(dtype=np.int64)]] if len(k) else k
     cols = ["name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share"]
     if not len(k):
-        return _empty(cols)
+        return src.tag(_empty(cols))
     g = k.groupby("name", sort=False).agg(count=("id", "size"), total_ns=("duration_ns", "sum"),
                                           min_ns=("duration_ns", "min"),
                                           max_ns=("duration_ns", "max"),
                                           first=("id", "min")).reset_index()
     g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
     g["mean_ns"] = g["total_ns"] // g["count"]
-    mt = src.model_time()
+    mt = src.counted_time()
     g["share"] = g["total_ns"] / mt if mt else np.nan
-    return g[cols].reset_index(drop=True)
+    return src.tag(g[cols].reset_index(drop=True))
 
 
 def _by(src, kinds, label):
     """GPU work aggregated over spans of `kinds` by name (inclusive of nested ones)."""
     kern, kern_ns, copy_ns = _gpu_columns(src)
-    ids = np.nonzero(np.isin(src.kind, kinds) & src.in_iterations())[0]
+    ids = np.nonzero(np.isin(src.kind, kinds) & src.counted())[0]
     cols = [label, "type", "calls", "latency_ns", "kernels", "kernel_ns", "copy_ns", "gpu_ns",
             "cpu_ns", "gpu_share"]
     if not len(ids):
-        return _empty(cols)
+        return src.tag(_empty(cols))
     names = src.df["name"].to_numpy()
     df = pd.DataFrame({label: names[ids], "type": src.col("type", None)[ids],
                        "latency_ns": src.dur[ids], "first": ids})
@@ -715,44 +778,44 @@ def _by(src, kinds, label):
         for c in ("kernels", "kernel_ns", "copy_ns", "gpu_ns", "cpu_ns", "gpu_share"):
             g[c] = np.nan
     g = g.sort_values("first", kind="stable")
-    return g[cols].reset_index(drop=True)
+    return src.tag(g[cols].reset_index(drop=True))
 
 
-def kernels_by_layer(source):
+def kernels_by_layer(source, include_compile=False):
     """GPU work per layer (every module name, in order of first call): layer, type, calls,
     latency_ns (sum of the calls' forward latency), kernels (count), kernel_ns, copy_ns
     (memcpy + memset), gpu_ns = kernel_ns + copy_ns of the work launched inside the layer's
     forward (nested layers included), cpu_ns = latency_ns - gpu_ns (negative when kernels run
     asynchronously past the layer's CPU span), gpu_share = gpu_ns / latency_ns.  G columns are
-    NaN without level G."""
-    return _by(_src(source), ("module",), "layer")
+    NaN without level G.  Compiling iterations are left out as in layer_ranking."""
+    return _by(_src(source, include_compile), ("module",), "layer")
 
 
-def kernels_by_op(source):
+def kernels_by_op(source, include_compile=False):
     """As kernels_by_layer, per op name (aten::...): op, calls, latency_ns, kernels,
     kernel_ns, copy_ns, gpu_ns, cpu_ns, gpu_share; an op's GPU work includes that of the ops
     nested in it."""
-    df = _by(_src(source), ("op",), "op")
-    return df.drop(columns=["type"])
+    src = _src(source, include_compile)
+    return src.tag(_by(src, ("op",), "op").drop(columns=["type"]))
 
 
-def gpu_vs_cpu(source):
+def gpu_vs_cpu(source, include_compile=False):
     """GPU against CPU time per leaf layer, in order of first call: layer, type, calls,
     latency_ns, gpu_ns, cpu_ns, gpu_share, cpu_share (= cpu_ns / latency_ns); the last row,
     layer "(model)", is the model time against all GPU work in the iterations.  G columns are
-    NaN without level G."""
-    src = _src(source)
+    NaN without level G.  Compiling iterations are left out as in layer_ranking."""
+    src = _src(source, include_compile)
     by = _by(src, ("module",), "layer")
     leaf = set(_leaf_layers(src)["name"])
     by = by[by["layer"].isin(leaf)].reset_index(drop=True)
     cols = ["layer", "type", "calls", "latency_ns", "gpu_ns", "cpu_ns", "gpu_share",
             "cpu_share"]
     by["cpu_share"] = by["cpu_ns"] / by["latency_ns"].where(by["latency_ns"] > 0)
-    its = src.iterations()
-    mt = src.model_time()
+    its = src.iterations()[~src.left_out()]
+    mt = src.counted_time()
     if src.has_gpu:
         kern, kern_ns, copy_ns = _gpu_columns(src)
-        in_it = src.in_iterations()
+        in_it = src.counted()
         gpu = int((kern_ns + copy_ns)[in_it].sum())
         total = {"gpu_ns": gpu, "cpu_ns": mt - gpu,
                  "gpu_share": gpu / mt if mt else np.nan,
@@ -762,7 +825,7 @@ def gpu_vs_cpu(source):
     row = pd.DataFrame([{"layer": "(model)", "type": None, "calls": len(its),
                          "latency_ns": mt, **total}])
     out = pd.concat([by[cols], row[cols]], ignore_index=True) if len(by) else row[cols]
-    return out
+    return src.tag(out)
 
 
 # -- the roofline (docs/analyses.md, "Roofline") ------------------------------------------------

@@ -8,8 +8,12 @@ Recording (xsp.profile calls prepare() when it is made):
     "scope" there: "torch.compile: compile forward" (attribute type "compile"), or
     "torch.compile: recompile forward" (type "recompile", attribute reason: the guard that
     failed).  The ops that tracing runs (fake tensors) nest under it.  Each graph break found
-    during that compilation is a zero-length span "torch.compile: graph break" (attribute
-    reason) at the end of its compile span: Dynamo keeps the reasons, not their times.  The
+    during that compilation is a zero-length span "torch.compile: graph break" (attributes
+    reason and source, the user's "file:line") at the end of its compile span: Dynamo keeps
+    the reasons, not their times.  The breaks are those Dynamo adds to its list
+    torch._dynamo.utils.graph_break_reasons meanwhile (dynamo_breaks(): what
+    torch._dynamo.explain reports; counters["graph_break"] misses a data-dependent branch,
+    which Dynamo files under counters["unimplemented"]).  The
     compile span's attributes, added at stop from the tables below: compile_id ("0/0", the
     same as its region span "Torch-Compiled Region: 0/0"), frame ("forward (file.py:12)"),
     outcome ("compiled", "skipped: why", "failed"), graphs (graphs made), graph_breaks.
@@ -55,8 +59,9 @@ the user's module): after a graph break the module wrapper's Python runs inside 
 call, and Dynamo would compile it as user code.  A failure inside the callbacks is counted
 (meta "compile.hook_errors"), never raised into Dynamo.
 
-Reading: compile_mask(trace), compiles(trace) (a DataFrame), compiling_steps(trace) and
-summary(trace); xsp.measure leaves the iterations that compiled out of its statistics.
+Reading: compile_mask(trace), compiles(trace) and graph_breaks(trace) (DataFrames),
+compiling_steps(trace) and summary(trace); xsp.measure leaves the iterations that compiled out
+of its statistics, and xsp.analysis's tables leave them out of a trace's.
 """
 import numbers
 import re
@@ -112,6 +117,8 @@ class _Observer:
             utils = sys.modules.get("torch._dynamo.utils")
             c = utils.counters if utils is not None else {}
             rec["breaks"] = dict(c.get("graph_break", {}))
+            made = dynamo_breaks()
+            rec["gb0"] = len(made) if made is not None else None
             rec["graphs"] = int(c.get("stats", {}).get("unique_graphs", 0))
             prof = _core.active_session()
             spec = getattr(prof, "_span_attrs", None) if prof is not None else None
@@ -154,16 +161,15 @@ class _Observer:
                 return
             utils = sys.modules.get("torch._dynamo.utils")
             c = utils.counters if utils is not None else {}
-            new_breaks = []
-            for reason, n in dict(c.get("graph_break", {})).items():
-                new_breaks += [str(reason).split("\n")[0][:_TEXT]] * (
-                    int(n) - int(rec["breaks"].get(reason, 0)))
+            new_breaks = self._new_breaks(rec, c, stack)
             events = rec["prof"]._span_attrs.setdefault("events", [])
-            for reason in new_breaks:
+            for reason, where in new_breaks:
                 t0 = _core.now()
                 _core.end(_core.begin(rec["level"], _SCOPE, GRAPH_BREAK, "graph break"))
-                events.append((t0, _core.now(), GRAPH_BREAK,
-                               {"reason": reason, "compile_id": rec["id"]}))
+                attrs = {"reason": reason, "compile_id": rec["id"]}
+                if where:
+                    attrs["source"] = where
+                events.append((t0, _core.now(), GRAPH_BREAK, attrs))
             code = rec.get("code")
             frame = ("%s (%s:%d)" % (code.co_name, code.co_filename, code.co_firstlineno)
                      if code is not None else "?")
@@ -178,6 +184,29 @@ class _Observer:
         finally:
             if rec["key"] is not None:
                 _core.end(rec["key"])
+
+    def _new_breaks(self, rec, c, stack):
+        """[(reason, "file:line" or None)] of the graph breaks Dynamo made during the
+        compilation rec (see dynamo_breaks()): the ones added to its list since rec began, less
+        those of compilations nested in it (claimed when they ended); without that list (an
+        older torch), the rise of counters["graph_break"], without source lines."""
+        made = dynamo_breaks()
+        if made is None or rec.get("gb0") is None:
+            out = []
+            for reason, n in dict(c.get("graph_break", {})).items():
+                out += [(str(reason).split("\n")[0][:_TEXT], None)] * (
+                    int(n) - int(rec["breaks"].get(reason, 0)))
+            return out
+        claimed = getattr(self.tls, "claimed", None)
+        if claimed is None:
+            claimed = self.tls.claimed = set()
+        first = rec["gb0"] if rec["gb0"] <= len(made) else 0   # reset() emptied the list
+        new = [r for r in list(made[first:]) if id(r) not in claimed]
+        if stack:                   # an enclosing compilation must not count them again
+            claimed.update(id(r) for r in new)
+        else:
+            claimed.clear()
+        return [describe_break(r) for r in new]
 
     def _failed(self, rec):
         self.errors += 1
@@ -346,6 +375,47 @@ def _compile_frame():
                 return out
         f = f.f_back
     return None
+
+
+def dynamo_breaks():
+    """The graph breaks Dynamo has made in this process so far (since torch._dynamo.reset(),
+    which empties it), or None when torch._dynamo is not imported or keeps no such list: its
+    list torch._dynamo.utils.graph_break_reasons, to which each GraphCompileReason with
+    graph_break=True adds itself when Dynamo splits a frame at a break (reason, user_stack).
+    torch._dynamo.explain reports these same objects (break_reasons); counters["graph_break"]
+    misses some of them: Dynamo files a data-dependent branch under counters["unimplemented"].
+    Read only: never changed here."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    made = getattr(utils, "graph_break_reasons", None) if utils is not None else None
+    return made if isinstance(made, list) else None
+
+
+def describe_break(r):
+    """(reason, "file:line" of the user's line, or None) of one of dynamo_breaks()' entries:
+    the reason is the first line of Dynamo's text (its graph break type) and its
+    "Explanation:" line, "Failed to trace builtin operator: Dynamo does not know how to trace
+    builtin operator `print` ..."; Dynamo's reason for a branch on a tensor's value is
+    "generic_jump TensorVariable()" (symbolic_convert.generic_jump, which records the break
+    itself as "Data-dependent branching"), given here as "Data-dependent branching
+    (generic_jump TensorVariable())".  The line is the innermost frame of its user stack
+    (the line inside a function the compiled code called)."""
+    lines = [ln.strip() for ln in str(getattr(r, "reason", r)).splitlines() if ln.strip()]
+    head = lines[0] if lines else "?"
+    if head.startswith("generic_jump"):
+        head = "Data-dependent branching (%s)" % head
+    else:
+        why = next((ln[len("Explanation:"):].strip() for ln in lines[1:]
+                    if ln.startswith("Explanation:")), None)
+        if why:
+            head = "%s: %s" % (head, why)
+    where = None
+    stack = getattr(r, "user_stack", None) or []
+    try:
+        if stack:
+            where = "%s:%d" % (stack[-1].filename, int(stack[-1].lineno))
+    except (AttributeError, TypeError, ValueError):
+        where = None
+    return head[:_TEXT], where
 
 
 def _fn_number(name):
@@ -646,7 +716,7 @@ def compiles(trace):
     ("compile" or "recompile"), start_ns, duration_ns, step (the enclosing step's name, or
     None), compile_id, frame, outcome, reason (the recompile's, "" for a first compile),
     graphs, graph_breaks, graph_break_reasons ("; "-joined, from the graph break spans inside
-    it).  Attributes a trace lacks (written by another xsp) are None."""
+    it: "reason (file:line)").  Attributes a trace lacks (written by another xsp) are None."""
     import pandas as pd
     ids = np.nonzero(compile_mask(trace))[0]
     step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
@@ -656,7 +726,10 @@ def compiles(trace):
     under = trace.nearest_ancestor(compile_mask(trace), include_self=False)
     reasons = {}
     for g in gb.tolist():
-        reasons.setdefault(int(under[g]), []).append(trace.attrs_of(g).get("reason", "?"))
+        a = trace.attrs_of(g)
+        where = a.get("source")
+        reasons.setdefault(int(under[g]), []).append(
+            "%s (%s)" % (a.get("reason", "?"), where) if where else a.get("reason", "?"))
     rows = []
     dur = trace.duration_ns                 # once: the property makes a new array per call
     for i in ids.tolist():
@@ -674,6 +747,29 @@ def compiles(trace):
     return pd.DataFrame(rows, columns=cols)
 
 
+def graph_breaks(trace):
+    """One row per graph break in trace (a DataFrame, in trace order): id (the graph break
+    span), compile_id, frame and step (of the compilation that made it, None outside one),
+    reason (Dynamo's, see describe_break) and source ("file:line" of the user's line, None
+    when torch kept no stack)."""
+    import pandas as pd
+    cols = ["id", "compile_id", "frame", "step", "reason", "source"]
+    if not len(trace):
+        return pd.DataFrame(columns=cols)
+    gb = np.nonzero((trace.kind_codes == _SCOPE) & np.array(
+        [s == GRAPH_BREAK for s in trace.strings], dtype=bool)[trace.name_codes])[0]
+    under = trace.nearest_ancestor(compile_mask(trace), include_self=False)
+    step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
+    rows = []
+    for g in gb.tolist():
+        a = trace.attrs_of(g)
+        c = trace.attrs_of(int(under[g])) if under[g] >= 0 else {}
+        rows.append({"id": g, "compile_id": a.get("compile_id"), "frame": c.get("frame"),
+                     "step": trace.strings[trace.name_codes[step[g]]] if step[g] >= 0
+                     else None, "reason": a.get("reason"), "source": a.get("source")})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def summary(trace):
     """What torch.compile did in trace, or None when it compiled nothing there: {compiles,
     recompiles, graph_breaks, compile_ns (the compile spans' total time), steps (names of the
@@ -688,5 +784,6 @@ def summary(trace):
             "steps": [s for s in dict.fromkeys(df["step"]) if s is not None]}
 
 
-__all__ = ["compile_mask", "compiling_steps", "compiles", "summary", "module_path", "prepare",
+__all__ = ["compile_mask", "compiling_steps", "compiles", "graph_breaks", "summary",
+           "dynamo_breaks", "describe_break", "module_path", "prepare",
            "REGION", "COMPILE", "RECOMPILE", "GRAPH_BREAK", "MODULES"]

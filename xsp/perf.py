@@ -171,8 +171,10 @@ def _dynamo_state():
         metrics = list(utils.get_compilation_metrics())
     except Exception:           # a torch without it: recompiles unknown
         metrics = None
-    return (dict(c.get("graph_break", {})), metrics,
-            int(c.get("stats", {}).get("unique_graphs", 0)))
+    from .compiled import dynamo_breaks
+    made = dynamo_breaks()          # every break Dynamo made, as explain counts them
+    breaks = list(made) if made is not None else dict(c.get("graph_break", {}))
+    return (breaks, metrics, int(c.get("stats", {}).get("unique_graphs", 0)))
 
 
 def _dynamo_delta(before, after):
@@ -181,13 +183,23 @@ def _dynamo_delta(before, after):
     Dynamo was never imported (nothing was compiled)."""
     if after is None:
         return None
-    b_breaks, b_metrics, b_graphs = before if before is not None else ({}, [], 0)
+    b_breaks, b_metrics, b_graphs = before if before is not None else (None, [], 0)
     a_breaks, a_metrics, a_graphs = after
     reasons = {}
-    for k, v in a_breaks.items():
-        d = int(v) - int(b_breaks.get(k, 0))
-        if d > 0:
-            reasons[str(k).split("\n")[0][:200]] = d
+    if isinstance(a_breaks, list):      # Dynamo's breaks (xsp.compiled.dynamo_breaks)
+        from .compiled import describe_break
+        seen = set(map(id, b_breaks)) if isinstance(b_breaks, list) else set()
+        for r in a_breaks:
+            if id(r) not in seen:
+                why, where = describe_break(r)
+                k = ("%s (%s)" % (why, where) if where else why)[:200]
+                reasons[k] = reasons.get(k, 0) + 1
+    else:                               # a torch without that list: its counter
+        b_breaks = b_breaks if isinstance(b_breaks, dict) else {}
+        for k, v in a_breaks.items():
+            d = int(v) - int(b_breaks.get(k, 0))
+            if d > 0:
+                reasons[str(k).split("\n")[0][:200]] = d
     recompiles, why = None, []
     if a_metrics is not None and b_metrics is not None:
         seen = set(id(m) for m in b_metrics)

@@ -126,6 +126,24 @@ def _compile_line(m, trace):
         if s["steps"] else ""))
 
 
+BREAKS_SHOWN = 10    # graph breaks listed in the text report; the rest are counted
+
+
+def _break_lines(trace):
+    """The text report's lines on torch.compile's graph breaks (xsp.compiled.graph_breaks):
+    one per break, "  graph break at file:line: reason", the first BREAKS_SHOWN of them."""
+    if trace is None or not hasattr(trace, "name_codes"):
+        return []
+    from .compiled import graph_breaks
+    gb = graph_breaks(trace)
+    out = ["  graph break at %s: %s" % (r.source or "an unknown line", r.reason or "?")
+           for r in gb.head(BREAKS_SHOWN).itertuples(index=False)]
+    if len(gb) > BREAKS_SHOWN:
+        out.append("  ... %d more graph breaks (xsp.compiled.graph_breaks(trace))"
+                   % (len(gb) - BREAKS_SHOWN))
+    return out
+
+
 def fmt_counters(counters):
     """What was lost or dropped, for reading: "none", or "lost.cap 2, gpu.dropped 5"."""
     lost = {k: v for k, v in counters.items() if v}
@@ -148,8 +166,8 @@ def _pm(mean, std):
 class _Summary:
     """Everything the reports show, computed once."""
 
-    def __init__(self, source, top, op_sort="self_ns"):
-        self.src = A._src(source)
+    def __init__(self, source, top, op_sort="self_ns", include_compile=False):
+        self.src = A._src(source, include_compile)
         # a Measurement (xsp.leveled) is recognised by duck typing, as xsp.analysis does it (a
         # span_table() method and a trace attribute; the Measurement docstring says so):
         # leveled is a layer above the reports (it imports them), so no isinstance here
@@ -190,20 +208,32 @@ class _Summary:
 
     def compiling_iterations(self):
         """A bool per iteration (self.iters' rows): whether a torch.compile compilation ran
-        inside it (xsp.compiled); None without a trace."""
-        trace = self.trace_obj
-        if trace is None or not hasattr(trace, "name_codes") or not len(self.iters):
+        inside it (a compile span in it: the rule every table uses, xsp.analysis); None
+        without iterations."""
+        if not len(self.iters):
             return None
-        from .compiled import compile_mask
-        mask = compile_mask(trace)
-        ids = self.iters["id"].to_numpy().astype(np.int64)
-        out = np.zeros(len(ids), dtype=bool)
-        if mask.any():
-            is_iter = np.zeros(len(trace), dtype=bool)
-            is_iter[ids] = True
-            owner = trace.nearest_ancestor(is_iter, include_self=False)[np.nonzero(mask)[0]]
-            out = np.isin(ids, owner[owner >= 0])
-        return out
+        return self.src.compiling()
+
+    def tables_line(self):
+        """The line saying which compiling iterations the tables leave out or count, or None
+        when none compiled (or for a Measurement, whose iterations measure already chose)."""
+        if self.measurement is not None:
+            return None
+        c = self.src.compiling()
+        n = int(c.sum())
+        if not n:
+            return None
+        its = "iteration%s %s" % ("" if n == 1 else "s",
+                                   ", ".join(str(i) for i in np.nonzero(c)[0][:10]))
+        if int(self.src.left_out().sum()):
+            return ("tables and shares: the %d %s that compiled (%s) left out, as in the step "
+                    "line (include_compile=True counts them)" % (n, "iteration" if n == 1
+                                                                 else "iterations", its))
+        if self.src.include_compile and not c.all():
+            return ("tables and shares: the %d that compiled (%s) counted "
+                    "(include_compile=True): their compile time is in them" % (n, its))
+        return ("tables and shares: every iteration compiled, so they count them: compile "
+                "time is in them")
 
     def iteration_words(self):
         n = len(self.iters)
@@ -299,6 +329,10 @@ class _Summary:
                 lines.append("per step (mean ± std): " + ", ".join(parts))
         if self.compile_line:
             lines.append(self.compile_line)
+            lines.extend(_break_lines(self.trace_obj))
+        note = self.tables_line()
+        if note:
+            lines.append(note)
         lines.append("lost or dropped: %s" % fmt_counters(self.counters))
         return lines
 
@@ -348,12 +382,13 @@ def median_iteration(source):
         j, it["name"].iloc[j], len(it))
 
 
-def text(source, top=10, op_sort="self_ns"):
+def text(source, top=10, op_sort="self_ns", include_compile=False):
     """The readable summary: headline (iterations, setup, step latency with its spread and
     the phases of a step), overhead per level (measurements), top layers, layer types, top
     ops (sorted by op_sort, a column of xsp.analysis.ops), top kernels and GPU against CPU
-    time.  Returns a str."""
-    s = _Summary(source, top, op_sort)
+    time.  The tables leave out the iterations in which torch.compile compiled, as the step
+    line does, and a line says so; include_compile=True counts them.  Returns a str."""
+    s = _Summary(source, top, op_sort, include_compile)
     out = s.headline()
 
     def section(title, df, empty):
@@ -726,10 +761,11 @@ def _memory_parts(trace, top):
     return out
 
 
-def html_fragment(source, top=10):
-    """The report as an HTML fragment (a <div>), as Jupyter shows it."""
+def html_fragment(source, top=10, include_compile=False):
+    """The report as an HTML fragment (a <div>), as Jupyter shows it; include_compile as in
+    text()."""
     from . import _html
-    s = _Summary(source, top)
+    s = _Summary(source, top, include_compile=include_compile)
     esc = _html_mod.escape
     parts = ['<div class="xsp-report"><style>%s</style>' % _CSS]
     head = s.headline()
@@ -800,11 +836,11 @@ def html_fragment(source, top=10):
     return printable("\n".join(parts))
 
 
-def html(source, path=None, top=10):
+def html(source, path=None, top=10, include_compile=False):
     """The report as one self-contained HTML document (tables, an SVG timeline of one
-    iteration, the collapsible tree and embedded PNG plots).  Written to path (atomically)
-    when given; returns the document as a str."""
-    s_frag = html_fragment(source, top=top)
+    iteration, the collapsible tree and embedded PNG plots), include_compile as in text().
+    Written to path (atomically) when given; returns the document as a str."""
+    s_frag = html_fragment(source, top=top, include_compile=include_compile)
     doc = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>xsp report</title>"
            "</head><body>\n%s\n</body></html>\n" % s_frag)
     if path is not None:

@@ -60,6 +60,9 @@ class BreakNet(nn.Module):
         return self.fc2(h)
 
 
+BREAK_LINE = BreakNet.forward.__code__.co_firstlineno + 2     # the graph_break() call
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _forget_compilation_metrics():
     """Dynamo keeps its last 64 compilation metrics: this module's compiles would fill the
@@ -369,13 +372,17 @@ def test_graph_breaks_are_events_with_their_reasons(how):
     part of the code eagerly: xsp's module wrapper (Python) then runs inside a compiled
     frame's call, and Dynamo would compile it as user code (regression: 7 compiles instead of
     2, and graph breaks on xsp's functions) were xsp not in its skip rules.  Each graph break
-    is a span under the compilation that found it, with Dynamo's reason."""
+    is a span under the compilation that found it, with Dynamo's reason and the user's line
+    (test_compile_breaks.py checks them against torch._dynamo.explain)."""
     base, base_out, _ = run_breaks(how, None)
     got, out, tr = run_breaks(how, "ML")
     assert got == base
     assert all(torch.equal(a, b) for a, b in zip(out, base_out))
-    reasons = sorted(str(k).split("\n")[0] for k, n in du.counters["graph_break"].items()
-                     for _ in range(n))
+    made = [compiled.describe_break(r) for r in du.graph_break_reasons]
+    assert len(made) == got["graph_breaks"]
+    reasons = sorted(r for r, _ in made)
+    assert all(r.startswith("Call to `torch._dynamo.graph_break()`: User-inserted graph break")
+               for r in reasons)
     c = compiled.compiles(tr)
     assert len(c) == got["compiles"] and c["outcome"].tolist() == ["compiled"] * len(c)
     assert int(c["graph_breaks"].sum()) == got["graph_breaks"] == (1 if how == "module" else 2)
@@ -386,7 +393,8 @@ def test_graph_breaks_are_events_with_their_reasons(how):
         p = int(tr.parent_ids[b])
         assert p in ids
         assert tr.attrs_of(b) == {"type": "graph break", "reason": tr.attrs_of(b)["reason"],
-                                  "compile_id": c["compile_id"][ids.index(p)]}
+                                  "compile_id": c["compile_id"][ids.index(p)],
+                                  "source": "%s:%d" % (__file__, BREAK_LINE)}
         assert tr.attrs_of(b)["reason"] in c["graph_break_reasons"][ids.index(p)]
     # the resume function after the break is compiled on its own, and its ops have modules
     assert c["name"].iloc[-1].startswith("torch.compile: compile torch_dynamo_resume_in_")
