@@ -23,6 +23,8 @@ import threading
 import warnings
 import weakref
 
+import numpy as np
+
 from . import _core
 from .errors import LevelUnavailableError, ProfilerError, SessionStateError, XSPWarning
 from .levels import parse_levels
@@ -407,10 +409,15 @@ class profile(_core.Session):
         from . import compiled
         self._span_attrs = compiled.prepare(meta)
         from . import distributed
+        # xsp's own cost (meta overhead.*): the per-span cost of these levels and options,
+        # calibrated here, before the start (never inside a recorded region)
+        cost = _span_cost(levels, self.record_shapes, self.profile_memory, self.with_stack,
+                          torch)
+        if cost is not None:
+            meta["overhead.per_span_ns"] = cost
         if clock_sync or (clock_sync is None and distributed.active()):
             # the hooks hold a weak reference: bound methods would make a cycle through the
             # C object
-            import weakref
             ref = weakref.ref(self)
             self._set_hooks(lambda: _hook(ref, "_sync_start"),
                             lambda: _hook(ref, "_sync_stop"))
@@ -540,6 +547,77 @@ class profile(_core.Session):
 
 
 _WALL_OFFSET = None         # wall - monotonic ns, taken once per process (_process_meta)
+
+
+# -- xsp's own cost ----------------------------------------------------------------------
+# Every trace of a profile says what recording it cost (meta overhead.*, docs/api.md): the
+# spans it recorded times a per-span cost, plus the stop, computed by the C stop
+# (csrc/python/sessionmod.c, overhead_meta) from overhead.per_span_ns, which the profile passes
+# in its meta.  The per-span cost is calibrated once per process and configuration (levels
+# without G, record_shapes, profile_memory, with_stack) by a short profile of its own, made
+# when a profile is made (so before its start, never in a recorded region): CALIBRATION_CALLS
+# calls of a one-op module timed unprofiled and profiled (the fastest of CALIBRATION_ROUNDS
+# batches each), the difference divided by the spans recorded per call.  GPU activity records
+# (CUPTI's) are not counted: their cost is paid in the driver, not per span here.  Not under
+# the fake clock: the calibration's readings would move every later one.
+CALIBRATION_CALLS = 50
+CALIBRATION_ROUNDS = 3
+_SPAN_COST = {}             # configuration -> ns per span (int); filled by _span_cost
+_calibrating = False        # a calibration profile is being made: it does not calibrate
+NOT_COUNTED = tuple(KIND[k] for k in ("region", "runtime", "driver", "kernel", "memcpy",
+                                      "memset", "sync", "overhead"))
+
+
+def _span_cost(levels, record_shapes, profile_memory, with_stack, torch):
+    """The calibrated cost of one recorded span, in ns (an int), for this configuration;
+    None when it cannot be calibrated now (another profile is recording, the fake clock is
+    installed, torch is not imported, or no level records module calls or ops)."""
+    global _calibrating
+    key = (levels.replace("G", ""), bool(record_shapes), bool(profile_memory), bool(with_stack))
+    if key in _SPAN_COST:
+        return _SPAN_COST[key]
+    if _calibrating or torch is None or not key[0] or _core.active() or _core.fake_clock_on():
+        return None
+    _calibrating = True
+    try:
+        cost = _calibrate(key, torch)
+    except Exception:       # a profile is never refused for its calibration: no estimate
+        cost = None
+    finally:
+        _calibrating = False
+    if cost is not None:
+        _SPAN_COST[key] = cost
+    return cost
+
+
+def _calibrate(key, torch):
+    levels, shapes, memory, stack = key
+
+    class Calibration(torch.nn.Module):
+        def forward(self, x):
+            return torch.add(x, x)
+    mod, x = Calibration(), torch.ones(8)
+
+    def batch():
+        t0 = _core.now()
+        for _ in range(CALIBRATION_CALLS):
+            mod(x)
+        return _core.now() - t0
+    with torch.no_grad():
+        for _ in range(10):
+            mod(x)
+        plain = min(batch() for _ in range(CALIBRATION_ROUNDS))
+        prof = profile(levels, name="xsp.calibration", record_shapes=shapes,
+                       profile_memory=memory, with_stack=stack, clock_sync=False)
+        with prof:
+            mod(x)              # the first profiled call pays one-off costs (names, sites)
+            timed = min(batch() for _ in range(CALIBRATION_ROUNDS))
+    kinds = prof.trace.kind_codes
+    calls = 1 + CALIBRATION_CALLS * CALIBRATION_ROUNDS
+    per_call = (len(kinds) - int(np.isin(kinds, NOT_COUNTED).sum())) / calls
+    if per_call <= 0:
+        return None
+    return max(0, int(round((timed - plain) / (CALIBRATION_CALLS * per_call))))
 
 
 def _hook(ref, name):

@@ -334,7 +334,28 @@ class _Summary:
         if note:
             lines.append(note)
         lines.append("lost or dropped: %s" % fmt_counters(self.counters))
+        cost = self.cost_line()
+        if cost:
+            lines.append(cost)
         return lines
+
+    def cost_line(self):
+        """What recording cost, from meta overhead.* (a single profile; a measurement has its
+        overhead table), or None."""
+        meta = self.src.meta if self.measurement is None else {}
+        spans, stop = meta.get("overhead.spans"), meta.get("overhead.stop_ns")
+        if not isinstance(spans, int) or not isinstance(stop, int):
+            return None
+        est, per = meta.get("overhead.estimate_ns"), meta.get("overhead.per_span_ns")
+        if not isinstance(est, int) or not isinstance(per, int):
+            return ("xsp's own cost: %d spans recorded (no per-span cost was calibrated), stop "
+                    "%s" % (spans, fmt_ns(stop)))
+        t0, t1 = meta.get("start_ns"), meta.get("stop_ns")
+        share = ""
+        if isinstance(t0, int) and isinstance(t1, int) and t1 > t0:
+            share = ", %.1f%% of the profiled time" % (100.0 * (est - stop) / (t1 - t0))
+        return ("xsp's own cost (estimate): %s = %d spans x %s per span (calibrated on this "
+                "machine%s) + stop %s" % (fmt_ns(est), spans, fmt_ns(per), share, fmt_ns(stop)))
 
     def gpu_total(self):
         return self.gvc[self.gvc["layer"] == "(model)"].iloc[0]

@@ -170,6 +170,14 @@ static PyObject *core_set_fake_clock(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* fake_clock_on() -> bool: whether the fake clock is installed (xsp.profile then calibrates
+ * nothing, as the calibration's clock readings would move every later reading).  Cannot fail. */
+static PyObject *core_fake_clock_on(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    (void)mod;
+    return PyBool_FromLong(atomic_load(&xsp_fake_step) != 0);
+}
+
 /* fake_clock_signal(at, signum): tests only; see xsp_clock_fake_signal. */
 static PyObject *core_fake_clock_signal(PyObject *mod, PyObject *args)
 {
@@ -344,6 +352,8 @@ static PyMethodDef core_methods[] = {
     {"now", core_now, METH_NOARGS, "now() -> int: CLOCK_MONOTONIC (or the fake clock) in ns."},
     {"set_fake_clock", core_set_fake_clock, METH_VARARGS,
      "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
+    {"fake_clock_on", core_fake_clock_on, METH_NOARGS,
+     "fake_clock_on() -> bool: whether set_fake_clock installed the fake clock."},
     {"fake_clock_signal", core_fake_clock_signal, METH_VARARGS,
      "fake_clock_signal(at, signum): tests only; the fake clock's reading that returns at\n"
      "first raises signal signum in the thread that reads it (once; at 0 disarms;\n"

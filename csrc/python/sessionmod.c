@@ -55,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/clock.h"
 #include "../core/session.h"
 #include "gpumod.h"
 #include "modcall.h"
@@ -435,6 +436,37 @@ fail:
     return -1;
 }
 
+/* xsp's own cost (meta overhead.*, docs/api.md): overhead.spans, the spans the core recorded
+ * (not the region, not GPU activity records: CUPTI's cost is paid in the driver);
+ * overhead.stop_ns, the stop's time from the trace's stop_ns to now; and, when the profile
+ * passed a calibrated per-span cost in its meta (overhead.per_span_ns, xsp/profiler.py, made
+ * before the start), overhead.estimate_ns = spans x per_span_ns + stop_ns.  Reads the clock
+ * once, after everything else of the stop; runs no Python code.  Failures lose the meta. */
+static void overhead_meta(SessionObject *self, xsp_trace *t)
+{
+    int64_t spans = 0, stop = 0;
+    for (uint32_t i = 0; i < t->n_spans; i++) {
+        uint8_t k = t->spans[i].kind;
+        spans += k != XSP_KIND_REGION && (k < XSP_KIND_RUNTIME || k > XSP_KIND_OVERHEAD);
+    }
+    uint32_t key = xsp_strtab_find(&t->strings, "stop_ns", 7);
+    uint64_t now = xsp_clock_ns();
+    for (uint32_t i = 0; key != UINT32_MAX && i < t->n_meta; i++)
+        if (t->meta[i].key == key && t->meta[i].type == XSP_ATTR_INT && t->meta[i].v.i >= 0
+            && (uint64_t)t->meta[i].v.i <= now)
+            stop = (int64_t)(now - (uint64_t)t->meta[i].v.i);
+    xsp_trace_set_meta_int(t, "overhead.spans", spans);
+    xsp_trace_set_meta_int(t, "overhead.stop_ns", stop);
+    PyObject *per = self->meta && PyDict_Check(self->meta)
+                        ? PyDict_GetItemString(self->meta, "overhead.per_span_ns") : NULL;
+    if (per && PyLong_Check(per)) {
+        long long c = PyLong_AsLongLong(per);
+        if (c >= 0 && !PyErr_Occurred())
+            xsp_trace_set_meta_int(t, "overhead.estimate_ns", spans * (int64_t)c + stop);
+    }
+    PyErr_Clear();
+}
+
 /* Everything the trace says besides its spans, in C on the finished trace: this profile's
  * meta, hook_errors, how the block ended, thread names, the side table.  No Python code runs.
  * Failures here lose a detail, never the trace. */
@@ -485,6 +517,7 @@ static void decorate(SessionObject *self, xsp_trace *t, PyObject *block_exc)
         snprintf(what, sizeof what, "%s during stop", Py_TYPE(self->pending)->tp_name);
         xsp_trace_set_meta_str(t, "interrupted", what);
     }
+    overhead_meta(self, t);     /* last: its clock reading ends the stop's time */
 }
 
 /* -- stop ---------------------------------------------------------------------------------- */

@@ -93,3 +93,70 @@ def test_real_model_durations_count_clock_readings(fake_clock):
     assert all(v % 10 == 0 for v in trace.start_ns.tolist())
     assert trace.start_ns[0] == 10 ** 6 + 10
     assert trace.meta["stop_ns"] == trace.end_ns[0] + 10
+
+
+def test_own_cost_is_spans_times_the_calibrated_cost_plus_the_stop(fake_clock, tmp_path,
+                                                                   monkeypatch):
+    """Every trace says what recording it cost (issue 27): meta overhead.spans (the spans the
+    core recorded, the region left out), overhead.stop_ns (from stop_ns to the stop's last
+    clock reading: one step here), overhead.per_span_ns (calibrated once per process and
+    configuration, before a start) and overhead.estimate_ns = spans x per_span_ns + stop_ns;
+    in the text and HTML reports and the Kineto export.  Under the fake clock nothing is
+    calibrated (its readings would move every later one): the cost is then not estimated."""
+    import json
+    from xsp import profiler, report
+    from xsp._util import fmt_ns
+    add, a = models.Add(), torch.ones(3)
+    add(a, a)
+    xsp.profile()                   # calibrates levels ML on the real clock (or it is cached)
+    per = profiler._SPAN_COST[("ML", False, False, False)]
+    assert isinstance(per, int) and per >= 0
+    fake_clock(1000, 10)
+    with xsp.profile() as prof:     # as test_tiny_function_exact: stop 1090, then 1100
+        add(a, a)
+    m = prof.trace.meta
+    assert (m["stop_ns"], m["overhead.spans"], m["overhead.stop_ns"]) == (1090, 2, 10)
+    assert m["overhead.per_span_ns"] == per
+    assert m["overhead.estimate_ns"] == 2 * per + 10
+    line = ("xsp's own cost (estimate): %s = 2 spans x %s per span (calibrated on this "
+            "machine, " % (fmt_ns(2 * per + 10), fmt_ns(per)))
+    assert line in report.text(prof.trace)
+    assert "own cost (estimate): %s" % fmt_ns(2 * per + 10) in report.html(prof.trace)
+    prof.trace.to_kineto(str(tmp_path / "t.json"))
+    with open(tmp_path / "t.json") as f:
+        top = json.load(f)["xsp"]["meta"]
+    assert (top["overhead.estimate_ns"], top["overhead.per_span_ns"],
+            top["overhead.stop_ns"]) == (2 * per + 10, per, 10)
+    key = ("ML", True, True, False)     # a configuration first seen under the fake clock
+    monkeypatch.delitem(profiler._SPAN_COST, key, raising=False)
+    with xsp.profile(record_shapes=True, profile_memory=True) as prof:
+        add(a, a)
+    m = prof.trace.meta
+    assert "overhead.per_span_ns" not in m and "overhead.estimate_ns" not in m
+    assert key not in profiler._SPAN_COST
+    assert (m["overhead.spans"], m["overhead.stop_ns"]) == (2, 10)
+    assert ("xsp's own cost: 2 spans recorded (no per-span cost was calibrated), stop 10 ns"
+            in report.text(prof.trace))
+
+
+def test_own_cost_is_calibrated_once_per_configuration_and_never_while_recording(monkeypatch):
+    """The calibration (a short profile of its own) runs when a profile is made, never while
+    one records (a profile made inside another's block gets no per-span cost), and once per
+    process and configuration (cached)."""
+    from xsp import profiler
+    real, calls = profiler._calibrate, []
+
+    def counting(key, torch):
+        calls.append((key, _core.active()))
+        return real(key, torch)
+    monkeypatch.setattr(profiler, "_calibrate", counting)
+    key = ("L", False, False, False)
+    monkeypatch.delitem(profiler._SPAN_COST, key, raising=False)
+    with xsp.profile(levels="M"):       # (its own configuration calibrated before the start)
+        inner = xsp.profile(levels="L")
+    assert [k for k, _ in calls] in ([], [("M", False, False, False)])
+    assert "overhead.per_span_ns" not in inner._meta
+    del calls[:]
+    for _ in range(3):
+        p = xsp.profile(levels="L")
+    assert calls == [(key, False)] and p._meta["overhead.per_span_ns"] == profiler._SPAN_COST[key]

@@ -327,8 +327,10 @@ def test_second_ctrl_c_during_a_long_stop():
         (r10, end10), (r20, end20) = readings(10), readings(20)
         per_op = (r20 - r10) // 10                   # an op's begin and end
         assert per_op == 2 and r10 - 10 * per_op == r20 - 20 * per_op
-        assert r10 - end10 == r20 - end20 == 1       # the last add ends, then the core stops
-        last = r10 + (n - 10) * per_op               # the core's stop reading
+        # the last add ends, then the core stops, then the stop's last reading (the end of
+        # the stop's time, meta overhead.stop_ns)
+        assert r10 - end10 == r20 - end20 == 2
+        last = r10 - 1 + (n - 10) * per_op           # the core's stop reading
         a = _core.now()
         _core.fake_clock_signal(a + last * STEP, signal.SIGALRM)
         prof = xsp.profile(levels="L")
