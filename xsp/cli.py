@@ -87,6 +87,9 @@ def _parser():
     s.add_argument("--tree-all", action="store_true",
                    help="the whole trace, every span, no line limit, no folding (with "
                         "--tree DEPTH: down to DEPTH)")
+    s.add_argument("--include-compile", action="store_true",
+                   help="count the iterations in which torch.compile compiled in the tables "
+                        "and shares (left out by default, as in the step line)")
 
     e = sub.add_parser("export", help="convert a saved trace: Chrome trace JSON (Perfetto "
                        "first), Kineto's JSON (torch.profiler's, for HTA and TensorBoard), or "
@@ -462,9 +465,11 @@ def _summary(ns):
         for r in ranks:
             trace = distributed.rank_trace(job, r)
             sys.stdout.write("\n== rank %d ==\n" % r)
-            sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
+            sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
+                                         include_compile=ns.include_compile))
     else:
-        sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort))
+        sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
+                                     include_compile=ns.include_compile))
     if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
         sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
     elif ns.tree is not None:
