@@ -960,10 +960,10 @@ def _span_costs(source, src, need_costs):
 
 
 def _in_scope(src):
-    """The spans a roofline counts: those in the iterations, and when the iterations are not
-    steps (model calls, which the backward follows), the backward functions and what runs
-    in them too."""
-    m = src.in_iterations()
+    """The spans a roofline counts: those the tables count (_Source.counted: in the
+    iterations, the compiling ones left out), and when the iterations are not steps (model
+    calls, which the backward follows), the backward functions and what runs in them too."""
+    m = src.counted()
     if not (src.kind[src.iterations()] == "step").any():
         m = m | (src.nearest(("backward",), strict=False) >= 0)
     return m
@@ -1047,7 +1047,8 @@ def _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device):
     return _Roof(peaks=p), p.to_dict(), None
 
 
-def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbps=None):
+def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbps=None,
+             include_compile=False):
     """The roofline table: per row its work (FLOPs, bytes), its time, and where that puts it
     under the machine's roofs (docs/analyses.md, "Roofline").
 
@@ -1083,7 +1084,10 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
     peak_dram_gbps (GFLOP/s and GB/s, for every dtype).  Roof columns are NaN (bound None)
     where a row's FLOPs or bytes, or its dtype's peak, are unknown; the returned frame's
     attrs say which peaks were used ("peaks") or why none ("peaks_note"), and how many trees
-    of ops had some but not all kernels measured ("partial").
+    of ops had some but not all kernels measured ("partial").  by="op", "layer" and "model"
+    leave out the iterations in which torch.compile compiled, as layer_ranking does
+    (include_compile=True counts them; attrs compiling_left_out); by="kernel" takes every
+    kernel.
 
     Raises ValueError for an unknown `by`, bad peak constants, both peaks and constants, and
     for by="op"/"layer"/"model" on a source without op inputs or measured kernels (record with
@@ -1092,7 +1096,7 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
     if by not in ROOFLINE_BY:
         raise ValueError("by must be one of %s, not %r (peak_gflops and peak_dram_gbps are "
                          "keyword arguments)" % (", ".join(ROOFLINE_BY), by))
-    src = _src(source)
+    src = _src(source, include_compile)
     device = "cuda" if (src.kind == "kernel").any() else "cpu"
     if by == "kernel":
         return _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device)
@@ -1170,9 +1174,9 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
         out["duration_ns"] = out["forward_ns"] + out["backward_ns"]
         lead = out[["layer", "type", "calls", "forward_ns", "backward_ns"]]
     else:
-        t = int(work[scope].sum()) if gpu else src.model_time()
+        t = int(work[scope].sum()) if gpu else src.counted_time()
         out["model"] = "(model)"
-        out["iterations"] = len(src.iterations())
+        out["iterations"] = int((~src.left_out()).sum())
         out["duration_ns"] = np.full(len(out), t, dtype=np.int64)
         lead = out[["model", "iterations"]]
     roof, pinfo, note = None, None, None
@@ -1200,7 +1204,7 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
         res = _empty(list(lead.columns) + ROOF_COLUMNS)
     res.attrs.update({"peaks": pinfo, "peaks_note": note, "partial": partial,
                       "durations": "GPU work" if gpu else "CPU spans"})
-    return res
+    return src.tag(res)
 
 
 def _layer_times(src, scope, gpu, work, is_op):

@@ -329,3 +329,35 @@ def test_xsp_summary_include_compile(block, tmp_path, capsys):
     assert "the 1 iteration that compiled (iteration 0) left out" in capsys.readouterr().out
     assert cli.main(["summary", path, "--include-compile"]) == 0
     assert "counted (include_compile=True)" in capsys.readouterr().out
+
+
+def test_the_roofline_leaves_the_compiling_iteration_out():
+    """by="op" and "model" count the ops of the iterations that did not compile."""
+    fresh()
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    f = torch.compile(m, backend="aot_eager")
+    x = torch.randn(8, 16)
+    with torch.no_grad(), xsp.profile(levels="ML", record_shapes=True) as prof:
+        for _ in range(3):
+            f(x)
+            prof.step()
+    tr = prof.trace
+    df = tr.to_pandas()
+    src = A._src(tr)
+    assert src.compiling().tolist() == [True, False, False]
+    owner = src.iteration_of()
+    under = nearest_ancestor(src.parent, src.compile_spans(), include_self=True) >= 0
+    is_addmm = (df["name"] == "aten::addmm").to_numpy()
+    # the outermost calls (the first run also redispatches one inside each, a nested op the
+    # roofline leaves to its caller)
+    addmm = is_addmm & ~under & (nearest_ancestor(src.parent, is_addmm, include_self=False) < 0)
+    kw = {"peak_gflops": 100.0, "peak_dram_gbps": 10.0}
+    op = A.roofline(tr, by="op", **kw).set_index("name")
+    assert op.attrs["compiling_left_out"] == 1
+    assert int(op["calls"]["aten::addmm"]) == int((addmm & (owner > 0)).sum()) == 4
+    inc = A.roofline(tr, by="op", include_compile=True, **kw).set_index("name")
+    assert int(inc["calls"]["aten::addmm"]) == int((addmm & (owner >= 0)).sum()) == 6
+    model = A.roofline(tr, by="model", **kw)
+    lat = A.model_latency(tr)["latency_ns"].to_numpy()
+    assert (int(model["iterations"].iloc[0]), int(model["duration_ns"].iloc[0])) == (
+        2, int(lat[1:].sum()))
