@@ -507,12 +507,12 @@ def _chunks(f, path, max_bytes):
 def _inflated(f, path, max_bytes):
     """The gzip file's inflated bytes (every member, as gzip reads them; zero padding after
     the last allowed) a piece at a time, at most max_bytes of them.  The compressed input goes
-    in pieces of 16 KiB, so one step makes at most about 17 MB (deflate's limit is 1032:1)
+    in pieces of 4 KiB, so one step makes at most about 4 MB (deflate's limit is 1032:1)
     and a bomb costs no more than the cap."""
     import zlib
     total, pos, d = 0, 0, None
     while True:
-        piece = f.read(1 << 14)
+        piece = f.read(1 << 12)
         if not piece:
             break
         while piece:
