@@ -169,6 +169,65 @@ def _listed(v):
         return v
 
 
+MEM_DEVICES = {"cpu": (0, -1), "cuda": (1, 0), "other": (0, -1)}   # Device Type, Device Id
+
+
+def _self_instants(trace, ids):
+    """For each span id in ids (each with memory: mem.<dev>.* attributes), the first ns of
+    its own time: its start, or the first instant that none of its children covers (its
+    end - 1 when they cover all of it; its start when it lasts 0 ns).  A reader that folds
+    each memory event into the innermost span open at its time (csrc/io/kbuild.c, torch's
+    own) gives the event back to this span."""
+    start = trace.start_ns.tolist()
+    end = trace.end_ns.tolist()
+    parent = trace.parent_ids
+    want = set(ids)
+    kids = {}
+    for c in np.nonzero(np.isin(parent, list(want)))[0].tolist():
+        kids.setdefault(int(parent[c]), []).append(c)
+    out = {}
+    for i in ids:
+        t = start[i]
+        for c in sorted(kids.get(i, ()), key=lambda c: start[c]):
+            if start[c] > t:
+                break
+            t = max(t, end[c])
+        out[i] = t if t < end[i] else max(start[i], end[i] - 1)
+    return out
+
+
+def _memory_events(a, p_, t_, ts):
+    """torch.profiler's "[memory]" instants for one span's mem.<dev>.* sums, at ts (µs
+    text): its allocations (their bytes split evenly, the remainder on the first) with the
+    Total Allocated rising to the span's peak, then its frees, the last one leaving its total.
+    Counts, bytes, peak and final total are the span's exactly; the order of its events
+    within it is not kept (xsp keeps sums)."""
+    out = []
+    for dev, (dtype, did) in MEM_DEVICES.items():
+        vals = [a.get("mem.%s.%s" % (dev, f)) for f in
+                ("allocs", "alloc_bytes", "frees", "freed_bytes", "peak", "total")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            continue
+        n_a, b_a, n_f, b_f, peak, total = vals
+        if min(n_a, b_a, n_f, b_f) < 0 or not 0 < n_a + n_f <= 1 << 20:
+            continue                    # no memory on dev, or sums no allocator reports
+        base = {"Total Reserved": 0, "Device Id": did, "Device Type": dtype, "Addr": 0}
+        # the peak is the highest total after one of the span's events: after its last
+        # allocation, or without any, after its first free
+        tot = peak - b_a if n_a else peak + b_f // n_f + b_f % n_f
+        for k in range(n_a):
+            size = b_a // n_a + (b_a % n_a if k == 0 else 0)
+            tot += size
+            out.append(dict(base, **{"Total Allocated": tot, "Bytes": size}))
+        for k in range(n_f):
+            size = b_f // n_f + (b_f % n_f if k == 0 else 0)
+            tot = total if k == n_f - 1 else tot - size
+            out.append(dict(base, **{"Total Allocated": tot, "Bytes": -size}))
+    return ['{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
+            '"pid": %s, "tid": %s, "ts": %s, "args": %s}' % (_dumps(p_), _dumps(t_), ts,
+                                                              _dumps(args)) for args in out]
+
+
 def write(trace, path, *, base_ns=None, leveled=None):
     """Writes trace (an xsp.Trace) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
     torch.profiler's layout, categories and args, ac2g and fwdbwd flows, xsp's extras in
@@ -296,6 +355,8 @@ def _events_text(trace, base_ns, leveled):
         ev.append({"ph": "M", "name": "thread_sort_index", "pid": p_,
                    "tid": t_, "args": {"sort_index": t_ if tkind != 0 else tid}})
     lines = [_line(e, first_ts) for e in ev]
+    mem_ids = [i for i in range(n) if any(key.startswith("mem.") for key in attrs[i])]
+    mem_at = _self_instants(trace, mem_ids) if mem_ids else {}
     flows = []
     flow_id = 0
     heads = {}              # (cat, name, pid, tid) -> the event's JSON up to "ts"
@@ -401,6 +462,8 @@ def _events_text(trace, base_ns, leveled):
             h = heads[head] = '{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, ' % (
                 _dumps(cat), _dumps(name), _dumps(p_), _dumps(t_))
         lines.append('%s"ts": %s, "dur": %s, "args": %s}' % (h, ts, dur, _dumps(args)))
+        if i in mem_at and k != "region":      # profile_memory: as torch writes it
+            lines.extend(_memory_events(a, p_, t_, _us(mem_at[i] - base_ns)))
         # flows
         if k in GPU_WORK and "correlation" in a and _span_ref(a, "api", n) is not None:
             j = a["api"]

@@ -560,3 +560,62 @@ def test_measurement_export_carries_leveled_latencies(tmp_path):
     first = min(e["ts"] for e in ev if e["name"] == "ProfilerStep#1")
     assert all("xsp.leveled_ns" not in e["args"] for e in ev
                if e["ts"] < first and e["cat"] == "cpu_op")
+
+
+# -- memory: [memory] events both ways --------------------------------------------------------
+def _memory_profile():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    m(x).sum().backward()
+    with xsp.profile(levels="ML", profile_memory=True) as prof:
+        for _ in range(3):
+            m(x).sum().backward()
+            prof.step()
+    return prof.trace
+
+
+def test_memory_events_round_trip_exactly(tmp_path):
+    """xsp's per-span memory sums, written as torch's [memory] instants at each span's own
+    time and read back: every span's mem.* attributes are equal, and xsp.memory agrees."""
+    tr = _memory_profile()
+    path = str(tmp_path / "m.pt.trace.json")
+    tr.to_kineto(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    mem = [e for e in events if e.get("name") == "[memory]"]
+    assert {(e["ph"], e["s"], e["cat"]) for e in mem} == {("i", "t", "cpu_instant_event")}
+    assert len(mem) == sum(s.attrs.get("mem.cpu.allocs", 0) + s.attrs.get("mem.cpu.frees", 0)
+                           for s in tr)
+    back = xsp.load_kineto(path)
+
+    def sums(t):
+        return {(s.kind, s.start_ns): {k: v for k, v in s.attrs.items() if k.startswith("mem.")}
+                for s in t if any(k.startswith("mem.") for k in s.attrs)}
+    assert sums(back) == sums(tr) and len(sums(tr)) > 20
+    assert xsp.memory.summary(back)["cpu"] == {
+        **xsp.memory.summary(tr)["cpu"], "outside_alloc_bytes": 0, "outside_freed_bytes": 0}
+
+
+def test_tensorboard_memory_view_opens_on_the_export(tmp_path):
+    """TensorBoard's plugin builds its Memory view from the export: per operator, its self
+    allocation count and size and its self size increase equal xsp's sums, and the curve's
+    peak is xsp's peak."""
+    tr = _memory_profile()
+    path = str(tmp_path / "worker0.pt.trace.json")
+    tr.to_kineto(path)
+    prof = tb_profile(path, tmp_path)
+    rows = prof.get_memory_stats(memory_metric="B")["rows"]["CPU"]
+    ours = {}
+    for s in tr:
+        if s.kind in ("op", "backward"):
+            o = ours.setdefault(s.name, [0, 0, 0])
+            o[0] += s.attrs.get("mem.cpu.allocs", 0)
+            o[1] += s.attrs.get("mem.cpu.alloc_bytes", 0)
+            o[2] += s.attrs.get("mem.cpu.alloc_bytes", 0) - s.attrs.get("mem.cpu.freed_bytes", 0)
+    got = {r[0]: [r[5], r[7], r[3]] for r in rows}
+    assert got == {name: v for name, v in ours.items() if name in got}
+    assert sum(v[0] for v in got.values()) > 10
+    curve = prof.get_memory_curve(time_metric="us", memory_metric="B")
+    peak = xsp.memory.summary(tr)["cpu"]["peak_bytes"]
+    assert curve["metadata"]["peaks"]["CPU"] == "Peak Memory Usage: %.1fB" % peak
