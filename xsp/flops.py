@@ -282,6 +282,78 @@ def _bytes(torch, op, values, out):
     return read, sum(written.values())
 
 
+# Ops whose output depends on their inputs' values, which meta tensors do not have: they have
+# no FLOPs formula and cannot run on meta, so they are costed as reading their tensor inputs
+# (no formula, like the other uncovered ops) instead of being listed as failures.
+DATA_DEPENDENT = frozenset({
+    "aten.item", "aten._local_scalar_dense", "aten.is_nonzero", "aten.equal", "aten.allclose",
+    "aten.nonzero", "aten.nonzero_static", "aten.unique", "aten._unique", "aten._unique2",
+    "aten.unique_consecutive", "aten.unique_dim", "aten.masked_select", "aten.tolist"})
+
+
+def _fits(op, types):
+    """Whether the recorded input types can be op's arguments: as many, a tensor where the
+    schema takes a Tensor, a scalar where it takes none, a TensorList where it takes a list
+    of tensors ("" fits anything: None, or what torch does not record)."""
+    args = op._schema.arguments
+    if len(args) != len(types):
+        return False
+    for a, t in zip(args, types):
+        typ = str(a.type)
+        if t in ("", "ScalarList"):
+            continue
+        if t == "TensorList":
+            ok = "Tensor" in typ and "[]" in typ or "List[Tensor" in typ
+        elif t == "Scalar":
+            ok = "Tensor" not in typ
+        else:                                   # a dtype: a tensor
+            ok = "Tensor" in typ and "[]" not in typ and "List" not in typ
+        if not ok:
+            return False
+    return True
+
+
+def _call(torch, pkt, overload, dims, types, strides, concrete):
+    """(op, values, args, kwargs, output) of the op run on meta tensors.  With no overload
+    recorded (a torch.profiler trace: Kineto's JSON names ops without one), the overloads
+    whose schema fits the recorded input types are tried, "default" first, then in torch's
+    order, and the first that runs is taken.  Raises _Failed (the first candidate's reason)."""
+    if overload:
+        names = [overload]
+    else:
+        names = ["default"] + [o for o in pkt.overloads() if o != "default"]
+    first = None
+    for name in names:
+        try:
+            op = getattr(pkt, name)
+        except AttributeError:
+            continue
+        if not overload and not _fits(op, types):
+            continue
+        try:
+            values = _values(torch, op, dims, types, strides, concrete)
+            args, kwargs = _split(op, values)
+            try:
+                out = op(*args, **kwargs)
+            except Exception as exc:
+                if str(pkt) in DATA_DEPENDENT:    # reads its inputs, makes a Python value
+                    return op, values, args, kwargs, None
+                raise _Failed("running it on meta tensors raised %s" % _first_line(exc)) \
+                    from None
+        except _Failed as exc:
+            first = first or exc
+            continue
+        return op, values, args, kwargs, out
+    if first is not None:
+        raise first
+    if overload or not hasattr(pkt, "default"):
+        raise _Failed("torch has no overload %s.%s" % (str(pkt).replace(".", "::", 1),
+                                                       overload or "default"))
+    _values(torch, pkt.default, dims, types, strides, concrete)     # none fits: why not
+    raise _Failed("no overload of %s takes inputs of types %s" % (
+        str(pkt).replace(".", "::", 1), types))
+
+
 def _cost(torch, registry, pkt, overload, sig):
     """(flops or None, bytes read, bytes written) of one signature; raises _Failed."""
     parsed = []
@@ -298,23 +370,16 @@ def _cost(torch, registry, pkt, overload, sig):
         raise _Failed("input attributes of different lengths (%d dims, %d types, %d strides, "
                       "%d concrete inputs)" % (len(dims), len(types), len(strides),
                                                len(concrete)))
-    try:
-        op = getattr(pkt, overload or "default")
-    except AttributeError:
-        raise _Failed("torch has no overload %s.%s" % (str(pkt).replace(".", "::", 1),
-                                                       overload or "default")) from None
-    values = _values(torch, op, dims, types, strides, concrete)
-    args, kwargs = _split(op, values)
-    try:
-        out = op(*args, **kwargs)
-    except Exception as exc:
-        raise _Failed("running it on meta tensors raised %s" % _first_line(exc)) from None
+    op, values, args, kwargs, out = _call(torch, pkt, overload, dims, types, strides,
+                                          concrete)
     flops = None
     if pkt in registry:
         try:
             flops = float(registry[pkt](*args, **kwargs, out_val=out))
         except Exception as exc:
             raise _Failed("its flop formula raised %s" % _first_line(exc)) from None
+    if out is None:                             # DATA_DEPENDENT: no output tensor
+        return None, sum(footprint(v) for v in values if isinstance(v, torch.Tensor)), 0
     read, written = _bytes(torch, op, values, out)
     return flops, read, written
 
