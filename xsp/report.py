@@ -324,9 +324,15 @@ class _Summary:
                         v = v[kept]
                     if name in ("toplevel_layers", "backward", "optimizer") and not v.any():
                         continue
+                    if name == "forward" and self.lacks_modules():
+                        continue                # unknown, not 0: said below
                     mean, std, _, _, _ = _spread(v)
                     parts.append("%s %s" % (label, _pm(mean, std)))
                 lines.append("per step (mean ± std): " + ", ".join(parts))
+        if self.lacks_modules():
+            lines.append("note: this torch.profiler trace has no module calls (torch.profiler "
+                         "records them only with with_stack=True): no layer tables and no "
+                         "forward time; the ops are all there")
         if self.compile_line:
             lines.append(self.compile_line)
             lines.extend(_break_lines(self.trace_obj))
@@ -360,9 +366,20 @@ class _Summary:
     def gpu_total(self):
         return self.gvc[self.gvc["layer"] == "(model)"].iloc[0]
 
+    def lacks_modules(self):
+        """Whether the trace is a torch.profiler one without module calls (torch 2.13 records
+        them, as python_function events, only with with_stack=True; with_modules alone gives
+        none): what it lacks, said once in the headline and in the tables."""
+        if self.measurement is not None or self.src.meta.get("source") != "kineto":
+            return False
+        kinds = self.src.kind
+        return not np.isin(kinds, ["model", "module"]).any() and bool((kinds == "op").any())
+
     def no_layers(self):
         if "L" not in str(self.levels):
             return "no layers: level L was not recorded"
+        if self.lacks_modules():
+            return "no layer calls: the torch.profiler trace has no module information"
         return "no layer calls in the iterations"
 
 

@@ -584,3 +584,27 @@ def test_cli_errors_and_warnings_are_one_line(tmp_path, capsys):
     assert cli.main(["summary", str(tmp_path / "m.xsp"), "--sort", "gpu"]) == 1
     assert capsys.readouterr().err == ("xsp: error: --sort gpu: %s has no GPU times (level G "
                                        "was not recorded)\n" % (tmp_path / "m.xsp"))
+
+
+def test_a_torch_trace_without_modules_says_so_once(tmp_path):
+    """torch.profiler records module calls only with with_stack=True: the report of such a
+    trace says once what it lacks, the layer tables say why they are empty, and no forward
+    time of 0 ns is printed."""
+    import torch.profiler as tp
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True) as p:
+        for _ in range(2):
+            m(x).sum().backward()
+    path = str(tmp_path / "t.json")
+    p.export_chrome_trace(path)
+    text = xsp.report.text(xsp.load_kineto(path))
+    assert text.count("this torch.profiler trace has no module calls (torch.profiler records "
+                      "them only with with_stack=True)") == 1
+    assert text.count("no layer calls: the torch.profiler trace has no module information") == 2
+    assert "forward (model calls) 0 ns" not in text and "aten::addmm" in text
+    assert "failed to rebuild" not in text
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], with_stack=True) as p:
+        m(x).sum().backward()
+    p.export_chrome_trace(path)
+    assert "no module calls" not in xsp.report.text(xsp.load_kineto(path))
