@@ -478,7 +478,9 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
     flags = trace.flag_bits
     if root is None:
         tops = np.flatnonzero(parents < 0)
-        ref = int(trace.end_ns.max() - trace.start_ns.min()) if n else 0
+        # the file's uint64 times (the int64 columns wrap past 2**63), in Python ints
+        ref = int(trace.end_ns.view(np.uint64).max()) - int(
+            trace.start_ns.view(np.uint64).min()) if n else 0
         ref_name = "the trace"
     else:
         r = int(getattr(root, "id", root))

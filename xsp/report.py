@@ -80,7 +80,14 @@ def _pretty(df, ns=(), share=(), width=NAME_WIDTH):
         elif out[c].dtype == bool:
             out[c] = ["yes" if v else "no" for v in out[c]]
     out.columns = [header(c) for c in out.columns]
-    return out.fillna("-") if len(out) else out
+    if not len(out):
+        return out
+    for i in range(out.shape[1]):
+        # a numeric column with gaps becomes object, as fillna("-") made it (pandas 4 refuses)
+        col = out.iloc[:, i]
+        if col.dtype != object and col.isna().any():
+            out.isetitem(i, col.astype(object))
+    return out.fillna("-")
 
 
 def _compile_line(m, trace):

@@ -544,6 +544,33 @@ def test_otlp_times_outside_its_range_raise_time_range_error():
         xsp.otlp.write_json(tr, os.devnull)
 
 
+def test_html_tree_of_times_on_both_sides_of_2_63_does_not_overflow():
+    """Regression guard (bug: the HTML tree of a whole trace took its reference time as
+    end.max() - start.min() in int64, which overflowed, with a RuntimeWarning and a nonsense
+    share, for a trace with times below and at or above 2**63)."""
+    from xsp import _html
+    tr = xsp.Trace.from_spans([S("m", "op", 5, 10), S("x", "op", 2 ** 63 + 1, 2 ** 63 + 2)],
+                              meta={"levels": "ML"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        doc = _html.tree_html(tr)
+    assert doc.endswith('<div class="xsp-more">… 2 more, 6 ns (each line under 0.5% of the '
+                        'trace)</div>\n</div>')        # 5 and 1 ns of a trace of 2**63 ns
+
+
+def test_report_tables_fill_gaps_in_numeric_columns_without_a_pandas_upcast():
+    """Regression guard (pandas warned that fillna("-") on a float column with gaps, which the
+    text tables did, will raise in a future version): such a column is made object first, so
+    the table reads as before."""
+    import pandas as pd
+    df = pd.DataFrame({"name": ["a", "b"], "flops": [1.5, float("nan")], "calls": [1, 2]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = xsp.report._pretty(df)
+    assert out.to_string().splitlines() == ["  name flops  calls", "0    a   1.5      1",
+                                            "1    b     -      2"]
+
+
 # -- a 100,000-deep parent chain ----------------------------------------------------------------
 
 DEEP = 100_000
