@@ -63,7 +63,9 @@ def spans(source, device=None):
     rows = []
     for dev in DEVICES if device is None else (device,):
         vals = {f: _num(df, "mem.%s.%s" % (dev, f)) for f in FIELDS}
-        has = ~np.isnan(vals["allocs"])
+        # a span has memory on dev when it has all six numbers, as recording and load_kineto
+        # write them; a hand-made or damaged trace's partial or out-of-range ones are left out
+        has = np.logical_and.reduce([np.abs(vals[f]) < 2.0 ** 63 for f in FIELDS])
         if not has.any():
             continue
         ids = np.nonzero(has)[0]

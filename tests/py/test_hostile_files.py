@@ -448,6 +448,16 @@ def hostile_traces():
          S("nccl:all_reduce", "op", 10, 20, 1, 0), S("nccl:all_reduce", "op", 15, 25, 2, 1)],
         threads=threads, meta={"levels": "ML", "ranks": "0,1", "rank0.pid": "p",
                                "rank1.host": 3, "world_size": "two", "merged": 1})
+    mem = lambda dev, *v: {"mem.%s.%s" % (dev, f): x for f, x in zip(      # noqa: E731
+        ("allocs", "alloc_bytes", "frees", "freed_bytes", "peak", "total"), v)}
+    out["memory attributes of odd values"] = xsp.Trace.from_spans(
+        [S("r", "region", 0, 1000), S("step#0", "step", 0, 1000, 0),
+         S("aten::empty", "op", 10, 20, 1, **mem("cpu", "x", 1.5, 1, 2 ** 63 - 1, -5, 0)),
+         S("aten::ones", "op", 30, 40, 1, **mem("cuda", 3, 2 ** 62, 0, 0, 2 ** 63 - 1, -2 ** 63)),
+         S("aten::zeros", "op", 50, 50, 1, **mem("other", 2, 7, 2, 9, 4, 2)),
+         S("aten::add", "op", 60, 70, 1, **{"mem.cpu.peak": float("nan"), "mem.gpu.x": 1,
+                                           "mem.": "?", "mem.cpu.allocs": -1})],
+        meta={"levels": "ML", "profile_memory": 1})
     kinds = ("module", "op")
     deep = [S("r", "region", 0, 40000)]
     deep += [S("s%d" % i, kinds[i % 2], i + 1, 40000 - i - 1, i) for i in range(3000)]
@@ -569,6 +579,20 @@ def test_report_tables_fill_gaps_in_numeric_columns_without_a_pandas_upcast():
         out = xsp.report._pretty(df)
     assert out.to_string().splitlines() == ["  name flops  calls", "0    a   1.5      1",
                                             "1    b     -      2"]
+
+
+def test_memory_spans_leave_out_partial_or_odd_memory_attributes():
+    """Regression guard (bug: xsp.memory.spans cast NaN, where a mem.<dev>.* attribute was
+    missing or not a number, to int64: -2**63 in the table and a RuntimeWarning).  A span has
+    memory on a device when it has all six numbers in range, as recording and load_kineto
+    write them; the rest are left out."""
+    tr = HOSTILE["memory attributes of odd values"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        df = xsp.memory.spans(tr)
+    assert df[["id", "device", "allocs", "alloc_bytes", "frees", "freed_bytes", "self_bytes",
+               "peak_bytes", "total_bytes"]].values.tolist() == [
+        [4, "other", 2, 7, 2, 9, -2, 4, 2]]
 
 
 # -- a 100,000-deep parent chain ----------------------------------------------------------------
