@@ -815,21 +815,19 @@ xsp_trace *xsp_kj_build(xsp_kjson *r)
     size_t n1 = (size_t)b->n + 1;
     if (base_of(r, &base))
         return NULL;
-    b->start = malloc(n1 * sizeof *b->start);
-    b->end = malloc(n1 * sizeof *b->end);
-    b->parent = malloc(n1 * sizeof *b->parent);
-    b->depth = malloc(n1 * sizeof *b->depth);
-    b->pair = malloc(n1 * sizeof *b->pair);
-    b->track = malloc(n1 * sizeof *b->track);
-    b->api = malloc(n1 * sizeof *b->api);
-    b->id = malloc(n1 * sizeof *b->id);
-    b->cpu = malloc(n1 * sizeof *b->cpu);
-    b->gpu = malloc(n1 * sizeof *b->gpu);
-    b->order = malloc(n1 * sizeof *b->order);
-    b->tmp = malloc(n1 * sizeof *b->tmp);
-    stack = malloc(n1 * sizeof *stack);
-    if (!b->start || !b->end || !b->parent || !b->depth || !b->pair || !b->track || !b->api
-        || !b->id || !b->cpu || !b->gpu || !b->order || !b->tmp || !stack
+    /* the per-record arrays, n + 1 entries each, in one block: the int64 ones first */
+    enum { N_U32 = 11 };
+    char *block = malloc(n1 * (2 * sizeof(int64_t) + N_U32 * sizeof(uint32_t)));
+    if (block) {
+        b->start = (int64_t *)block;
+        b->end = b->start + n1;
+        uint32_t **u32[N_U32] = {&b->parent, &b->depth, &b->pair, &b->track, &b->api, &b->id,
+                                 &b->cpu, &b->gpu, &b->order, &b->tmp, &stack};
+        uint32_t *next = (uint32_t *)(b->end + n1);
+        for (int k = 0; k < N_U32; k++, next += n1)
+            *u32[k] = next;
+    }
+    if (!block
         || kmap_init(&b->pairs, b->n) || kmap_init(&names, r->n_tnames)) {
         nomem(b);
         goto out;
@@ -891,22 +889,10 @@ xsp_trace *xsp_kj_build(xsp_kjson *r)
     }
     ok = 1;
 out:
-    free(b->start);
-    free(b->end);
-    free(b->parent);
-    free(b->depth);
-    free(b->pair);
-    free(b->track);
-    free(b->api);
-    free(b->id);
-    free(b->cpu);
-    free(b->gpu);
-    free(b->order);
-    free(b->tmp);
+    free(block);
     free(b->gstart);
     free(b->mpair);
     free(b->mts);
-    free(stack);
     kmap_free(&b->pairs);
     kmap_free(&names);
     if (!ok)

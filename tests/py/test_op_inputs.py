@@ -182,14 +182,20 @@ def _self_mem_xsp(tr, tids):
     return Counter((tr[i].name, v) for i, v in net.items())
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_memory_equals_torch_profiler(case):
-    model, x = CASES[case]
+def _torch_memory(model, x):
+    """torch.profiler(profile_memory=True) of one step, and its (name, self CPU memory)
+    multiset."""
     _step(model, x)
     with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
         _step(model, x)
-    theirs = Counter((e.name, e.self_cpu_memory_usage) for e in p.events()
-                     if e.name != "[memory]")
+    return p, Counter((e.name, e.self_cpu_memory_usage) for e in p.events()
+                      if e.name != "[memory]")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_memory_equals_torch_profiler(case):
+    model, x = CASES[case]
+    p, theirs = _torch_memory(model, x)
     # on the CPU torch.profiler sees this thread only (its FunctionEvent.thread is a logical
     # id, 1); xsp sees intra-op workers too: compare this thread's ops
     assert {e.thread for e in p.events()} == {1}
@@ -204,12 +210,7 @@ def test_memory_equals_torch_profiler(case):
 def test_memory_read_from_torch_trace_equals_torch_profiler(case, tmp_path):
     """Kineto's [memory] events, read back (csrc/io/kbuild.c, pass 8): every op's self CPU
     memory equals torch.profiler's own, and xsp.memory works on torch's file."""
-    model, x = CASES[case]
-    _step(model, x)
-    with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-        _step(model, x)
-    theirs = Counter((e.name, e.self_cpu_memory_usage) for e in p.events()
-                     if e.name != "[memory]")
+    p, theirs = _torch_memory(*CASES[case])
     path = str(tmp_path / "torch.json")
     p.export_chrome_trace(path)
     with open(path) as f:
