@@ -386,8 +386,8 @@ def bounded(limit):
 
 def test_503_gives_the_error():
     tr = hand_trace()
-    with Receiver("503") as rx, bounded(6), pytest.raises(otlp.ExportError) as ei:
-        otlp.send(tr, rx.url, timeout=2)
+    with Receiver("503") as rx, bounded(12), pytest.raises(otlp.ExportError) as ei:
+        otlp.send(tr, rx.url, timeout=3)
     e = ei.value
     assert isinstance(e, RuntimeError)
     assert (e.endpoint, e.sent, e.total) == (rx.url, 0, len(tr))
@@ -408,27 +408,30 @@ def test_partial_send_counts_what_was_sent():
 
 def test_stalled_receiver_times_out():
     tr = hand_trace()
-    with Receiver("stall") as rx, bounded(5), pytest.raises(otlp.ExportError) as ei:
-        otlp.send(tr, rx.url, timeout=1.5)
+    with Receiver("stall") as rx, bounded(12), pytest.raises(otlp.ExportError) as ei:
+        otlp.send(tr, rx.url, timeout=1.5)      # the stall lasts 30 s: the bound is the timeout
     assert rx.url in str(ei.value) and "0 of %d" % len(tr) in str(ei.value)
     assert "timeout" in str(ei.value) or "timed out" in str(ei.value)
 
 
 def test_timeout_bounds_all_batches():
-    """The timeout is for the whole send, not per batch: a collector that takes 0.3 s per
-    request, 1 span per request, timeout 1 s: about 3 batches get through, then the error."""
+    """The timeout is for the whole send, not per batch: a collector that takes 0.6 s per
+    request, 1 span per request, timeout 2 s: about 3 batches get through, then the error,
+    within 8 s, well before the len(tr) x 0.6 s = 12 s a per-batch timeout would take
+    (margins wide enough for a loaded machine)."""
     tr = hand_trace()
-    with Receiver("slow", stall=0.3) as rx, bounded(4), pytest.raises(otlp.ExportError) as ei:
-        otlp.send(tr, rx.url, timeout=1.0, batch=1)
+    assert len(tr) * 0.6 >= 1.5 * 8
+    with Receiver("slow", stall=0.6) as rx, bounded(8), pytest.raises(otlp.ExportError) as ei:
+        otlp.send(tr, rx.url, timeout=2.0, batch=1)
     e = ei.value
     # sent counts the acknowledged spans; the batch that timed out may have arrived late
-    assert 1 <= e.sent <= 4 and len(rx.requests) - e.sent in (0, 1) and e.total == len(tr)
+    assert 1 <= e.sent <= 5 and len(rx.requests) - e.sent in (0, 1) and e.total == len(tr)
     assert "%d of %d spans" % (e.sent, len(tr)) in str(e)
 
 
 def test_refused_connection():
     url = closed_port_url()
-    with bounded(6), pytest.raises(otlp.ExportError) as ei:
+    with bounded(12), pytest.raises(otlp.ExportError) as ei:
         otlp.send(hand_trace(), url, timeout=2)
     assert url in str(ei.value) and "connection refused" in str(ei.value)
 
