@@ -17,6 +17,14 @@ import pytest
 import xsp
 from xsp import perf
 
+# pytester's in-process runs drop from sys.modules every module first imported inside them;
+# pandas (which xsp imports only when an analysis needs it) would then be imported a second
+# time by a later test in this process, over C types of the first import, and break (a
+# StringArray assertion in test_cli when it ran after this file).  Imported here, it stays.
+import pandas  # noqa: E402,F401
+import xsp.analysis  # noqa: E402,F401
+import xsp.report  # noqa: E402,F401
+
 pytest_plugins = ["pytester"]
 
 CONFTEST = """
