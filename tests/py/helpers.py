@@ -1,10 +1,24 @@
 """Checks shared by the Python tests: tree invariants, module lookup, op multisets."""
 import collections
+import os
 import threading
 
 import xsp
 
 MODULE_KINDS = ("module", "model")
+
+
+def have_otlp():
+    """Whether the extra xsp[otlp] is installed (always, under make test's XSP_TEST_TOOLS)."""
+    if os.environ.get("XSP_TEST_TOOLS") == "1":
+        return True
+    try:
+        import google.protobuf.json_format  # noqa: F401
+        import opentelemetry.exporter.otlp.proto.common.trace_encoder  # noqa: F401
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def profiled(fn, *args, levels="ML", **kw):

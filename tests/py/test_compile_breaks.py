@@ -36,13 +36,17 @@ def line_of(marker):
     raise AssertionError(marker)
 
 
-class Branch(nn.Module):
-    """A data-dependent branch between two layers."""
+class TwoLayers(nn.Module):
+    """fc1, then fc2: each test module's forward puts its break between them."""
 
     def __init__(self):
         super().__init__()
         self.fc1 = nn.Linear(8, 8)
         self.fc2 = nn.Linear(8, 8)
+
+
+class Branch(TwoLayers):
+    """A data-dependent branch between two layers."""
 
     def forward(self, x):
         y = self.fc1(x)
@@ -51,25 +55,15 @@ class Branch(nn.Module):
         return self.fc2(y)
 
 
-class Print(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.fc2 = nn.Linear(8, 8)
-
+class Print(TwoLayers):
     def forward(self, x):
         y = self.fc1(x)
         print("", end="")       # break: print
         return self.fc2(y)
 
 
-class Builtin(nn.Module):
+class Builtin(TwoLayers):
     """A C builtin Dynamo cannot trace."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.fc2 = nn.Linear(8, 8)
 
     def forward(self, x):
         y = self.fc1(x)
@@ -77,25 +71,15 @@ class Builtin(nn.Module):
         return self.fc2(y)
 
 
-class Explicit(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.fc2 = nn.Linear(8, 8)
-
+class Explicit(TwoLayers):
     def forward(self, x):
         y = self.fc1(x)
         torch._dynamo.graph_break()     # break: explicit
         return self.fc2(y)
 
 
-class Two(nn.Module):
+class Two(TwoLayers):
     """Two breaks in one forward: a branch, then an explicit graph_break()."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.fc2 = nn.Linear(8, 8)
 
     def forward(self, x):
         y = self.fc1(x)

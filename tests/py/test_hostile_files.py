@@ -42,6 +42,8 @@ from xsp import _core
 from xsp import analysis as A
 from xsp.trace import KINDS, LEVELS
 
+from helpers import have_otlp
+
 ANALYSES = [getattr(A, name) for name in A.__all__]
 TYPED = (xsp.TraceFormatError, xsp.ProfilerError, xsp.otlp.ExportError,
          xsp.otlp.TimeRangeError, xsp.distributed.MergeError, xsp.peaks.PeaksError)
@@ -50,19 +52,6 @@ TYPED = (xsp.TraceFormatError, xsp.ProfilerError, xsp.otlp.ExportError,
 REFUSALS = re.compile(r"this trace has no input shapes: |this trace has no op input shapes: |"
                       r"this trace has no memory per span: |roofline\(by='\w+'\) needs the "
                       r"ops' inputs |this trace has no op inputs \(span attribute input_dims\)")
-
-
-def have_otlp():
-    """Whether the extra xsp[otlp] is installed (always, under make test's XSP_TEST_TOOLS)."""
-    if os.environ.get("XSP_TEST_TOOLS") == "1":
-        return True
-    try:
-        import google.protobuf.json_format  # noqa: F401
-        import opentelemetry.sdk.trace  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
 
 HAVE_OTLP = have_otlp()
 

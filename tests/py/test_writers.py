@@ -27,6 +27,8 @@ import pytest
 import xsp
 from xsp import _util
 
+from helpers import have_otlp
+
 SAVES = 160                 # per writer thread or process
 FORCED = "ab" * 8           # the random part while it is forced (the shim's 0xab bytes)
 
@@ -202,16 +204,6 @@ def writers(trace):
     return out
 
 
-def have_otlp():
-    """Whether the extra xsp[otlp] is installed (always, under make test's XSP_TEST_TOOLS)."""
-    if os.environ.get("XSP_TEST_TOOLS") == "1":
-        return True
-    try:
-        import google.protobuf.json_format  # noqa: F401
-        import opentelemetry.exporter.otlp.proto.common.trace_encoder  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def test_no_writer_follows_a_link_at_an_old_or_likely_name(tmp_path, traces):
