@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from . import iterations
 from .trace import Trace, ancestor_count, nearest_ancestor
 
 GPU_WORK = ("kernel", "memcpy", "memset")
@@ -135,104 +136,16 @@ class _Source:
 
     def windows(self):
         """The iterations as time windows: (span ids, starts, ends, setup), arrays in start
-        order, and setup = (id, start, end) of the setup window, or None.  Computed once."""
+        order, and setup = (id, start, end) of the setup window, or None (xsp.iterations'
+        rule, which the Kineto export shares).  Computed once."""
         if self._windows is not None:
             return self._windows
-        n = len(self.df)
-        start = self.col("start_ns", 0).astype(np.int64)
-        end = start + self.dur
-        names = self.df["name"].to_numpy()
-        steps = np.nonzero(self.kind == "step")[0]
-        setup = None
-        if len(steps):
-            calls = np.nonzero(self.top_calls())[0]
-            owner = self.nearest(("step",))[calls]        # the step each top-level call is in
-            loose = owner < 0
-            if loose.any():
-                # a call under no step (another thread's, adopted by the region): the step
-                # during which it started
-                order = np.argsort(start[steps], kind="stable")
-                ss, se = start[steps][order], end[steps][order]
-                j = np.searchsorted(ss, start[calls[loose]], side="right") - 1
-                ok = (j >= 0) & (start[calls[loose]] <= se[np.maximum(j, 0)])
-                owner[np.nonzero(loose)[0][ok]] = steps[order][j[ok]]
-            has_call = np.zeros(n, dtype=bool)
-            has_call[owner[owner >= 0]] = True
-            first_call = {}             # step -> start of its earliest top-level call
-            for c, o in zip(calls.tolist(), owner.tolist()):
-                if o >= 0 and (o not in first_call or start[c] < first_call[o]):
-                    first_call[o] = int(start[c])
-            ids, st, en = [], [], []
-            flags = self.col("flags", 0).astype(np.int64)
-            first, last = steps[0], steps[-1]
-            seg0 = names[first] == "step#0" and self.measurement is None
-            # no model call anywhere (plain tensor code): none to carve step#0 at, so step#0 is
-            # the first iteration when it did any work (step() at the end of each iteration)
-            # and all setup only when empty (step() at the start of each one)
-            bare0 = seg0 and not len(calls) and bool((self.parent == first).any())
-            at_end = seg0 and (first in first_call or bare0)   # step() ends each iteration
-            ended = self.meta.get("interrupted") or self.meta.get("exception")
-            for k in steps.tolist():
-                if k == first and bare0:
-                    ids.append(k)
-                    st.append(int(start[k]))
-                    en.append(int(end[k]))
-                    self.setup_rule = ("no setup: the trace has no model call to carve step#0 "
-                                       "at, so step#0 (the work before the first step()) is "
-                                       "iteration 0")
-                    continue
-                if k == first and seg0:
-                    # the work before the first step(): setup, and when it holds a model call
-                    # (step() called at the end of each iteration), an iteration from that
-                    # call's start
-                    c = first_call.get(k)
-                    if c is None:
-                        setup = (k, int(start[k]), int(end[k]))
-                        self.setup_rule = (
-                            "step#0 holds no model call (step() starts each iteration): it is "
-                            "all setup" if len(calls) else "step#0 is empty (step() starts "
-                            "each iteration): it is all setup")
-                        continue
-                    self.setup_rule = ("step() ends each iteration (step#0 holds a model "
-                                       "call): iteration 0 is step#0 from its first model call "
-                                       "on, what came before is setup")
-                    setup = (k, int(start[k]), c)
-                    ids.append(k)
-                    st.append(c)
-                    en.append(int(end[k]))
-                    continue
-                if k == last and k != first and flags[k] & 1:
-                    # open at stop: the step after the last step(), ended by the stop; an
-                    # iteration only if it is one
-                    why = None
-                    if len(calls) and not has_call[k]:
-                        why = "no model call in it"
-                    elif at_end:
-                        why = ("step() ends each iteration (step#0 holds %s), so what follows "
-                               "the last step() is a leftover"
-                               % ("work and no step has a model call" if bare0
-                                  else "a model call"))
-                    elif ended:
-                        why = "the block ended with %s: the step is incomplete" % ended
-                    if why is not None:
-                        self.dropped_tail = (int(k), why)
-                        continue
-                ids.append(k)
-                st.append(int(start[k]))
-                en.append(int(end[k]))
-            w = (np.array(ids, dtype=np.int64), np.array(st, dtype=np.int64),
-                 np.array(en, dtype=np.int64))
-        else:
-            its = np.nonzero(self.kind == "model")[0]
-            if not len(its):
-                its = np.nonzero(self.top_calls())[0]
-            if not len(its):
-                its = np.nonzero(self.kind == "region")[0]
-            if not len(its):
-                its = np.nonzero(self.parent < 0)[0]
-            w = (its.astype(np.int64), start[its], end[its])
-        order = np.argsort(w[1], kind="stable")
-        self._windows = (w[0][order], w[1][order], w[2][order], setup)
+        w = iterations.windows(self.kind, self.df["name"].to_numpy(), self.parent,
+                               self.col("start_ns", 0).astype(np.int64), self.dur,
+                               self.col("flags", 0).astype(np.int64), self.meta,
+                               carve_step0=self.measurement is None)
+        self.setup_rule, self.dropped_tail = w.setup_rule, w.dropped_tail
+        self._windows = (w.ids, w.starts, w.ends, w.setup)
         return self._windows
 
     def iterations(self):

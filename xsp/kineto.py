@@ -35,7 +35,7 @@ import uuid
 
 import numpy as np
 
-from . import _core
+from . import _core, iterations
 from ._util import atomic_write, printable
 
 KINDS = _core.KINDS
@@ -360,6 +360,7 @@ def _events_text(trace, base_ns, leveled):
     flows = []
     flow_id = 0
     heads = {}              # (cat, name, pid, tid) -> the event's JSON up to "ts"
+    steps = _steps_written(trace, kind_of, names, name_codes, leveled)
     for i in range(n):
         k = kind_of[i]
         a = attrs[i]
@@ -372,9 +373,17 @@ def _events_text(trace, base_ns, leveled):
             p_, t_ = "Spans", "PyTorch Profiler"
             args["Op count"] = 0
         elif k == "step":
+            # xsp's iterations (xsp.iterations): ProfilerStep#N over each iteration's window,
+            # the setup and a leftover after the last step() as annotations of their own
             cat = "user_annotation"
-            step_no = name.split("#", 1)[1] if "#" in name else "0"
-            name = a.get(ARG + "name", "ProfilerStep#%s" % step_no)
+            how, j, s0, e0 = steps[i]
+            if how == "step":
+                name = a.get(ARG + "name") or "ProfilerStep#%d" % j
+                ts, dur = _us(s0 - base_ns), _us(e0 - s0)
+                args["xsp.iteration"] = j
+            else:
+                name = "xsp: " + how
+                args["xsp.why"] = steps[how]
         elif k in ("model", "module"):
             cat = "python_function"
             name = mod_names[i]
@@ -484,6 +493,42 @@ def _events_text(trace, base_ns, leveled):
     out.append(",\n".join(lines))
     out.append('\n  ],\n  "traceName": %s\n}\n' % _dumps(meta.get("kineto.traceName",
                                                                   meta.get("region", "xsp"))))
+    return out
+
+
+def _steps_written(trace, kind_of, names, name_codes, leveled):
+    """How each step span is written: {span id: (how, iteration, start, end)}, how "step" (a
+    ProfilerStep#iteration over the iteration's window start..end: a step#0 carved at its first
+    model call starts there, what came before it is outside every step, as torch's own traces
+    begin), or "setup", "leftover" or "priming" (a step that is no iteration, written as the
+    annotation "xsp: <how>"), with the sentence that says why under each how.  A Measurement's
+    trace (leveled given): its measured steps are the iterations, its priming steps apart."""
+    ids = [i for i, k in enumerate(kind_of) if k == "step"]
+    if not ids:
+        return {}
+    out = {"setup": "", "leftover": "not an iteration",
+           "priming": "a priming call of xsp.measure, left out of its statistics"}
+    if leveled:
+        measured = [i for i in ids if i in leveled]
+        for i in ids:
+            out[i] = ("priming", -1, 0, 0)
+        for j, i in enumerate(measured):
+            out[i] = ("step", j, int(trace.start_ns[i]), int(trace.end_ns[i]))
+        return out
+    w = iterations.windows(np.array(kind_of), np.array([names[c] for c in name_codes],
+                                                       dtype=object),
+                           trace.parent_ids, trace.start_ns, trace.duration_ns,
+                           trace.flag_bits, trace.meta)
+    for i in ids:
+        out[i] = ("leftover", -1, 0, 0)
+    if w.setup is not None:
+        out[w.setup[0]] = ("setup", -1, 0, 0)
+    for j, (i, s0, e0) in enumerate(zip(w.ids.tolist(), w.starts.tolist(), w.ends.tolist())):
+        if kind_of[i] == "step":
+            out[i] = ("step", j, s0, e0)
+    out["setup"] = w.setup_rule or "the work before the first iteration"
+    if w.dropped_tail:
+        out["leftover"] = w.dropped_tail[1]
     return out
 
 

@@ -111,9 +111,16 @@ def test_timestamps_are_microseconds_with_the_nanoseconds(traces):
     assert stamps and all(re.fullmatch(r"-?\d+\.\d{3}", v) for _, v in stamps)
     xs = [e for e in json.loads(raw)["traceEvents"] if e["ph"] == "X"]
     by_id = {e["args"]["xsp.id"]: e for e in xs}
+    # every span at its own ns; a step over its iteration's window (xsp.analysis' iterations)
+    its = xsp.analysis.model_latency(tr)
+    window = {i: (s0, s0 + d) for i, s0, d in zip(its["id"], its["start_ns"], its["latency_ns"])}
+    checked = 0
     for s in list(tr)[:50]:
         e = by_id[s.id]
-        assert round(e["ts"] * 1000) == s.start_ns and round(e["dur"] * 1000) == s.duration_ns
+        s0, e0 = window[s.id] if s.kind == "step" else (s.start_ns, s.end_ns)
+        assert round(e["ts"] * 1000) == s0 and round(e["dur"] * 1000) == e0 - s0
+        checked += s.kind == "step"
+    assert checked >= 1
 
 
 def test_events_match_torch_profiler_s(traces):
@@ -556,8 +563,13 @@ def test_measurement_export_carries_leveled_latencies(tmp_path):
     want = table[table["kind"] == "model"]["latency_ns"].iloc[0]
     assert all(e["args"]["xsp.leveled_ns"] == pytest.approx(want) for e in model)
     assert sum(1 for e in ev if "xsp.leveled_ns" in e["args"]) == len(lev)
-    # the priming step's spans have none
-    first = min(e["ts"] for e in ev if e["name"] == "ProfilerStep#1")
+    # the measured iterations are the steps, the priming step apart, and its spans have none
+    steps = [e for e in ev if e["cat"] == "user_annotation" and e["args"]["xsp.kind"] == "step"]
+    assert [e["name"] for e in steps] == ["xsp: priming"] + ["ProfilerStep#%d" % i
+                                                             for i in range(3)]
+    assert steps[0]["args"]["xsp.why"] == ("a priming call of xsp.measure, left out of its "
+                                           "statistics")
+    first = min(e["ts"] for e in ev if e["name"] == "ProfilerStep#0")
     assert all("xsp.leveled_ns" not in e["args"] for e in ev
                if e["ts"] < first and e["cat"] == "cpu_op")
 
@@ -592,9 +604,18 @@ def test_memory_events_round_trip_exactly(tmp_path):
     def sums(t):
         return {(s.kind, s.start_ns): {k: v for k, v in s.attrs.items() if k.startswith("mem.")}
                 for s in t if any(k.startswith("mem.") for k in s.attrs)}
-    assert sums(back) == sums(tr) and len(sums(tr)) > 20
+    # the export's steps are the iterations: step#0 starts at its first model call, so the
+    # memory of its setup part (the frees before that call) comes back outside every span, as
+    # torch's own memory events before its first ProfilerStep do
+    want = sums(tr)
+    moved = want.pop(("step", tr.spans(kind="step")[0].start_ns))
+    assert sums(back) == want and len(want) > 20
+    assert (moved["mem.cpu.frees"], moved["mem.cpu.allocs"]) == (3, 0)
+    ours = xsp.memory.summary(tr)["cpu"]
     assert xsp.memory.summary(back)["cpu"] == {
-        **xsp.memory.summary(tr)["cpu"], "outside_alloc_bytes": 0, "outside_freed_bytes": 0}
+        **ours, "frees": ours["frees"] - 3,
+        "freed_bytes": ours["freed_bytes"] - moved["mem.cpu.freed_bytes"],
+        "outside_alloc_bytes": 0, "outside_freed_bytes": moved["mem.cpu.freed_bytes"]}
 
 
 def test_tensorboard_memory_view_opens_on_the_export(tmp_path):
@@ -619,3 +640,90 @@ def test_tensorboard_memory_view_opens_on_the_export(tmp_path):
     curve = prof.get_memory_curve(time_metric="us", memory_metric="B")
     peak = xsp.memory.summary(tr)["cpu"]["peak_bytes"]
     assert curve["metadata"]["peaks"]["CPU"] == "Peak Memory Usage: %.1fB" % peak
+
+
+# -- steps: the export's ProfilerStep#N are xsp's iterations ------------------------------------
+RUN_SCRIPT = """
+import sys, torch, xsp
+from torch import nn
+torch.manual_seed(0)
+at_start = sys.argv[1] == "start"
+# setup: data and a model built inside the profiled script, before the first iteration
+data = [torch.randn(16, 3, 32, 32) for _ in range(5)]
+w = torch.randn(256, 256) @ torch.randn(256, 256)
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x in data:
+    if at_start:
+        xsp.step()              # at the start of each iteration
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    if not at_start:
+        xsp.step()              # at the end of each iteration
+print(float(w.sum()) != 0.5)    # work after the loop
+"""
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+def test_exported_steps_are_the_iterations_setup_apart_no_empty_tail(tmp_path, where):
+    """A training script under `xsp run` (setup, then 5 iterations, xsp.step() at the end or
+    at the start of each): the Kineto export has ProfilerStep#0..4 over xsp's iterations, the
+    setup outside them (before ProfilerStep#0, or the whole step#0 as the annotation "xsp:
+    setup"), the work after the last step() as "xsp: leftover", never as a step; HTA's and
+    TensorBoard's per-step views see the same 5 steps with the latencies `xsp summary`
+    reports."""
+    script = tmp_path / "train.py"
+    script.write_text(RUN_SCRIPT)
+    out, kj = str(tmp_path / "t.xsp"), str(tmp_path / "worker0.pt.trace.json")
+    cli = [sys.executable, "-m", "xsp"]
+    r = subprocess.run(cli + ["run", "-q", "-o", out, str(script), where],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(cli + ["export", out, "--format", "kineto", "-o", kj],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tr = xsp.load(out)
+    its = analysis.model_latency(tr)
+    steps = tr.spans(kind="step")
+    setup = analysis.setup(tr)
+    assert len(its) == 5 and setup is not None and setup["id"] == steps[0].id
+    assert setup["start_ns"] == steps[0].start_ns
+    ev = [e for e in events(kj)["traceEvents"] if e.get("cat") == "user_annotation"
+          and e["args"].get("xsp.kind") == "step"]
+    got = [(e["name"], e["args"].get("xsp.iteration"),
+            (round(e["ts"] * 1000), round(e["dur"] * 1000))) for e in ev]
+    want = [("ProfilerStep#%d" % i, i, (s, d))
+            for i, s, d in zip(its["iteration"], its["start_ns"], its["latency_ns"])]
+    if where == "start":
+        # step#0 holds no model call: all of it is setup
+        assert len(steps) == 6 and setup["duration_ns"] == steps[0].duration_ns
+        want.insert(0, ("xsp: setup", None, (steps[0].start_ns, steps[0].duration_ns)))
+        assert ev[0]["args"]["xsp.why"].startswith("step#0 holds no model call")
+        # the last step runs to the stop, with the work after the loop: an iteration
+        assert its["id"].iloc[-1] == steps[-1].id
+    else:
+        # step#0 is carved at its first model call: ProfilerStep#0 starts there; the work
+        # after the last step() is a leftover
+        assert len(steps) == 6 and its["start_ns"][0] == setup["start_ns"] + setup[
+            "duration_ns"] > steps[0].start_ns
+        want.append(("xsp: leftover", None, (steps[-1].start_ns, steps[-1].duration_ns)))
+        assert ev[-1]["args"]["xsp.why"] == "no model call in it"
+    assert got == want
+    # xsp summary: the same 5 iterations
+    r = subprocess.run(cli + ["summary", out], capture_output=True, text=True)
+    assert r.returncode == 0 and "5 iterations" in r.stdout, r.stdout + r.stderr
+    # HTA: 5 profiler steps, as long as xsp's iterations
+    with hta(kj) as ta:
+        assert ta.get_profiler_steps() == [0, 1, 2, 3, 4]
+        df = ta.t.get_trace(0)
+        sym = ta.t.symbol_table.get_sym_table()
+        ps = df[df["name"].map(lambda c: sym[c].startswith("ProfilerStep#"))]
+        assert ps["dur"].tolist() == pytest.approx([d / 1000 for d in its["latency_ns"]],
+                                                   abs=1e-3)
+    # TensorBoard's overview: steps 0..4, each as long as xsp's iteration
+    prof = tb_profile(kj, tmp_path)
+    rows = prof.overview["steps"]["rows"]
+    assert [row[0] for row in rows] == ["0", "1", "2", "3", "4"]
+    totals = [sum(v for v in row[1:] if isinstance(v, (int, float))) for row in rows]
+    assert totals == pytest.approx([d / 1000 for d in its["latency_ns"]], abs=0.01)

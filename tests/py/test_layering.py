@@ -22,6 +22,10 @@ LAYERS = {
     # small modules that import no other xsp module
     "_core": 0, "_torch": 0, "_bench": 0, "_util": 0, "_version": 0, "errors": 0, "levels": 0,
     "models": 0,
+    # _tree: the walks over a parent array (nearest_ancestor, ancestor_count, self_time), which
+    # trace re-exports; iterations: the iteration rule over plain arrays (the analyses and the
+    # Kineto export share it)
+    "_tree": 0, "iterations": 0,
     # peaks measures the machine's FLOP/s and bandwidth for the roofline (torch inside its
     # functions; it imports only _util)
     "peaks": 0,
@@ -60,7 +64,7 @@ LAYERS = {
 # their analyses (and their FLOPs and memory); the analyses across ranks find each rank's
 # iterations as the analyses do; the roofline reads xsp.flops' op costs; the entry points use
 # the package
-SAME_LAYER = {("errors", "_core"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
+SAME_LAYER = {("errors", "_core"), ("iterations", "_tree"), ("kineto", "iterations"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
               ("leveled", "profiler"), ("compare", "analysis"), ("analysis", "flops"),
               ("compare", "flops"), ("compare", "memory"), ("distributed", "analysis"),
               ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli")}
@@ -149,8 +153,9 @@ def test_the_graph_is_read():
     assert {"profiler", "report", "trace", "levels", "errors"} <= names["leveled"]
     assert {"__init__", "chrome", "report", "_util"} <= names["cli"]   # `import xsp`, lazy ones
     assert {"__init__", "models", "chrome", "report"} <= names["demo"]  # `from xsp import ..`
-    assert names["trace"] <= {"_core", "_util", "levels", "errors", "kineto"}
+    assert names["trace"] <= {"_core", "_util", "levels", "errors", "kineto", "_tree"}
     assert names["_html"] == {"trace", "_util"}
+    assert names["iterations"] == {"_tree"} and "iterations" in names["analysis"]
 
 
 def test_no_import_cycle():
