@@ -60,12 +60,17 @@ ctest:
 	    -o $(BIN)/test_schedule_san
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_tmerge.c csrc/core/strtab.c csrc/core/trace.c \
 	    csrc/core/tmerge.c -o $(BIN)/test_tmerge_san
+	$(CC) $(CFLAGS_DEV) tests/c/test_spawn.c csrc/core/strtab.c csrc/core/trace.c \
+	    csrc/core/spawn.c -o $(BIN)/test_spawn
+	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_spawn.c csrc/core/strtab.c csrc/core/trace.c \
+	    csrc/core/spawn.c -o $(BIN)/test_spawn_san
 	$(CC) $(CFLAGS_DEV) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names
 	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names_san
 	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_data && $(BIN)/test_data_san && $(BIN)/test_io && $(BIN)/test_io_san
 	$(BIN)/test_names && $(BIN)/test_names_san
 	$(BIN)/test_kjson && $(BIN)/test_kjson_san
 	$(BIN)/test_tmerge_san
+	$(BIN)/test_spawn && $(BIN)/test_spawn_san
 	$(BIN)/test_session_san
 	$(BIN)/test_trace_select && $(BIN)/test_trace_select_san
 	$(BIN)/test_schedule && $(BIN)/test_schedule_san

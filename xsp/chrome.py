@@ -113,6 +113,14 @@ def _write(trace, f, pid, note, t0, parents):
                                 tpids[thread[i]],
                                 tids[thread[i]], _us(start[i] - t0),
                                 _us(end[i] - start[i]), _dumps(args)))
+    # an intra-op pool thread's span, from the op that spawned it on another thread: a flow
+    from .kineto import SPAWN_FLOW, spawn_links
+    for n, (i, j) in enumerate(spawn_links(trace), 1):
+        ts = _us(start[i] - t0)
+        for ph, k, bp in (("s", j, ""), ("f", i, ',"bp":"e"')):
+            f.write(',\n{"ph":"%s","id":%d,"ts":%s,"cat":"%s","name":"%s","pid":%d,"tid":%d%s}'
+                    % (ph, n, ts, SPAWN_FLOW, SPAWN_FLOW, tpids[thread[k]], tids[thread[k]],
+                       bp))
     f.write("\n]}\n")
 
 

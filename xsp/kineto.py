@@ -42,6 +42,25 @@ KINDS = _core.KINDS
 LEVELS = _core.LEVELS
 K = {k: i for i, k in enumerate(KINDS)}
 ARG = "k."                          # attribute prefix of the args a read event carried
+# the name the core gives a track of PyTorch's intra-op pool (csrc/core/spawn.h): its spans
+# hang under the op that spawned them on another thread, written as a flow of this category
+INTRAOP_THREAD = "intra-op thread "
+SPAWN_FLOW = "xsp_intraop"
+
+
+def spawn_links(trace):
+    """[(span id, spawner id)] of the spans of intra-op pool threads whose parent (the op that
+    spawned the parallel region) is on another thread, in id order."""
+    names = [isinstance(n, str) and n.startswith(INTRAOP_THREAD) for _, n, _ in trace.threads]
+    if not any(names):
+        return []
+    th = trace.thread_index
+    par = trace.parent_ids
+    pool = np.array(names, dtype=bool)[th]
+    ok = pool & (par >= 0)
+    ids = np.nonzero(ok)[0]
+    ids = ids[th[par[ids]] != th[ids]]
+    return list(zip(ids.tolist(), par[ids].tolist()))
 CATEGORY = {"op": "cpu_op", "backward": "cpu_op", "scope": "user_annotation",
             "step": "user_annotation", "model": "python_function",
             "module": "python_function", "python": "python_function",
@@ -489,6 +508,15 @@ def _events_text(trace, base_ns, leveled):
                            "cat": "fwdbwd", "name": "fwdbwd"}, _us(start[j] - base_ns)))
             flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_,
                            "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"}, ts))
+    for i, j in spawn_links(trace):     # an intra-op thread's span from its spawning op
+        flow_id += 1
+        pj, tj = track[thread_idx[j]]
+        p_, t_ = track[thread_idx[i]]
+        ts = _us(start[i] - base_ns)
+        flows.append(({"ph": "s", "id": flow_id, "pid": pj, "tid": tj, "cat": SPAWN_FLOW,
+                       "name": SPAWN_FLOW}, ts))
+        flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_, "cat": SPAWN_FLOW,
+                       "name": SPAWN_FLOW, "bp": "e"}, ts))
     lines.extend(_line(f, t) for f, t in flows)
     out.append(",\n".join(lines))
     out.append('\n  ],\n  "traceName": %s\n}\n' % _dumps(meta.get("kineto.traceName",

@@ -624,12 +624,13 @@ class Trace:
 
         def groups(ids):
             """ids (visible siblings, an int array) as runs to show: one span each, or with
-            fold, consecutive spans with the same name and kind together."""
+            fold, consecutive spans with the same name, kind and thread together."""
             ids = ids.tolist()
             if not fold or len(ids) < 2:
                 return [[i] for i in ids]
             out = []
-            keys = list(zip(names[ids].tolist(), kinds[ids].tolist()))
+            keys = list(zip(names[ids].tolist(), kinds[ids].tolist(),
+                            self._thread[ids].tolist()))
             for k, i in zip(keys, ids):
                 if out and k == prev:
                     out[-1].append(i)
@@ -747,6 +748,12 @@ class Trace:
                 text += " {%s}" % ",".join(f for b, f in self._FLAG_NAMES if flags & b)
             if places is not None:
                 text += self._source_suffix(ids, places)
+            p = int(self._parent[i])
+            if p != NO_PARENT and self._thread[p] != self._thread[i]:
+                # another thread's work under this parent (an intra-op pool thread's under
+                # the op that spawned it, another thread's adopted by the region)
+                tid, tname, _ = self.threads[int(self._thread[i])]
+                text += " on %s" % (_clean(tname) if tname else "thread %d" % tid)
         if depth > self._TREE_INDENT:
             text += " [depth %d]" % depth
         return prefix + conn + text

@@ -15,7 +15,8 @@
  *   4. backward functions are linked to the forward op that created their autograd node: the
  *      last op on the forward thread to start with the same sequence number (composite ops
  *      that enclose it carry the number too, but start earlier);
- *   5. roots on other threads are adopted by the region span when asked;
+ *   5. roots on other threads are adopted by the region span when asked, and the roots of
+ *      PyTorch's intra-op threads by the op that spawned them (spawn.h);
  *   6. other sources (the GPU) add their spans through an xsp_merge_extra, given a resolver
  *      from external ids (buffer serial, record index) to span ids;
  *   7. counters of everything lost, and metadata.
@@ -27,6 +28,7 @@
 
 #include "clock.h"
 #include "inputs.h"
+#include "spawn.h"
 #include "tbuf.h"
 
 typedef struct thread_view {
@@ -338,21 +340,25 @@ static uint32_t resolve(void *ctx, uint64_t ext_id)
     return XSP_NO_PARENT;
 }
 
-/* Step 5. */
-static void adopt_roots(xsp_trace *t)
+/* Step 5: the region adopts the other threads' roots, their spawning ops the intra-op
+ * threads' (spawn.h), counted as "intraop.linked", ".unlinked" and ".ambiguous" when the
+ * trace has intra-op roots.  0, or -1 (out of memory for the counters; the links' own
+ * shortage leaves the roots with the region and counts them unlinked). */
+static int adopt_and_link(xsp_trace *t, const thread_view *v, uint32_t n)
 {
-    uint32_t region = XSP_NO_PARENT;
-    for (uint32_t i = 0; i < t->n_spans && region == XSP_NO_PARENT; i++)
-        if (t->spans[i].kind == XSP_KIND_REGION)
-            region = i;
-    if (region == XSP_NO_PARENT)
-        return;
-    const xsp_span *rs = &t->spans[region];
-    for (uint32_t i = region + 1; i < t->n_spans; i++) {
-        xsp_span *s = &t->spans[i];
-        if (s->parent == XSP_NO_PARENT && s->thread != rs->thread && s->start_ns <= rs->end_ns)
-            s->parent = region;
-    }
+    uint8_t *pool = calloc(t->n_threads ? t->n_threads : 1, 1);
+    int any = 0;
+    for (uint32_t i = 0; pool && i < n; i++)
+        if (v[i].tb->role == XSP_ROLE_INTRAOP && v[i].thread < t->n_threads)
+            any = pool[v[i].thread] = 1;
+    xsp_spawn_counts c;
+    xsp_spawn_link(t, pool, pool ? t->n_threads : 0, &c);
+    free(pool);
+    if (!any)
+        return 0;
+    return xsp_trace_add_counter(t, "intraop.linked", (int64_t)c.linked)
+           | xsp_trace_add_counter(t, "intraop.unlinked", (int64_t)c.unlinked)
+           | xsp_trace_add_counter(t, "intraop.ambiguous", (int64_t)c.ambiguous);
 }
 
 /* Step 7 (after the other sources, so that the names they added count).  "names.cut" (names
@@ -411,7 +417,12 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
     for (uint32_t i = 0; ok && i < n; i++) {
         v[i].tb = bufs[i];
         v[i].count = xsp_tbuf_count(bufs[i]);
-        v[i].thread = xsp_trace_add_thread(t, bufs[i]->tid, NULL, 0);
+        char pool_name[48];
+        if (bufs[i]->role == XSP_ROLE_INTRAOP)
+            snprintf(pool_name, sizeof pool_name, "intra-op thread %u", bufs[i]->role_num);
+        v[i].thread = xsp_trace_add_thread(t, bufs[i]->tid,
+                                           bufs[i]->role == XSP_ROLE_INTRAOP ? pool_name : NULL,
+                                           0);
         total += v[i].count;
         ok = v[i].thread != UINT32_MAX && prepare_thread(&v[i], t) == 0;
     }
@@ -440,7 +451,7 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
     memset(&dk, 0, sizeof dk);
     ok = ok && emit_all(t, v, n, &fwd, keys, map, &dk) == 0;
     if (ok && adopt)
-        adopt_roots(t);
+        ok = adopt_and_link(t, v, n) == 0;
     if (ok && extra && extra->fn) {
         resolver rs = {v, n};
         ok = extra->fn(t, resolve, &rs, map, extra->arg) == 0;

@@ -65,6 +65,7 @@ static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records (see
                                                     xsp_rec_set_hooks); read by the hot path */
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
+static _Atomic(xsp_thread_role_fn) g_role_fn = NULL;  /* xsp_rec_set_thread_role_fn */
 static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
                                                     the thread lives */
 static _Atomic uint32_t g_name_epoch = 1;        /* bumped by xsp_rec_names_changed; slots
@@ -147,6 +148,9 @@ static xsp_tbuf *tbuf_attach(void)
     tb->wend = g_nochunk;
     tb->tid = (uint64_t)syscall(SYS_gettid);
     tb->serial = atomic_fetch_add(&g_serial, 1);
+    xsp_thread_role_fn role = atomic_load(&g_role_fn);
+    if (role)
+        tb->role = role(&tb->role_num);
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_key, tb);
     xsp_tbuf *head = atomic_load(&g_registry);
@@ -155,6 +159,11 @@ static xsp_tbuf *tbuf_attach(void)
     } while (!atomic_compare_exchange_weak(&g_registry, &head, tb));
     tls_tb = tb;
     return tb;
+}
+
+void xsp_rec_set_thread_role_fn(xsp_thread_role_fn fn)
+{
+    atomic_store(&g_role_fn, fn);
 }
 
 /* Sets tb->fast_gen: the fast paths skip the busy fence's seq_cst half (membarrier), the

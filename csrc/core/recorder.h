@@ -53,6 +53,22 @@ int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen);
 /* Returns 1 while a session is recording, else 0. Cannot fail. */
 int xsp_rec_active(void);
 
+/* Thread roles: what a recording thread is, as the torch shim tells the core once per thread
+ * (the merge names the thread's track after it and ties an intra-op thread's roots to their
+ * spawning op, spawn.h). */
+#define XSP_ROLE_PLAIN 0u      /* any thread */
+#define XSP_ROLE_INTRAOP 1u    /* a thread of PyTorch's intra-op pool (not its team's thread 0) */
+
+/* Asked on a thread's first event, when its buffer is made (the slow path, never again for
+ * that thread): returns an XSP_ROLE_* and may set *num (the thread's number in its team).  It
+ * must not block, allocate or call back into the core. */
+typedef uint32_t (*xsp_thread_role_fn)(uint32_t *num);
+
+/* Sets the role function (NULL: none, every new thread is plain); threads that already have a
+ * buffer keep their role.  The function must stay callable for the life of the process.
+ * Thread-safe; cannot fail. */
+void xsp_rec_set_thread_role_fn(xsp_thread_role_fn fn);
+
 /* Maps an external id (xsp_ext_id) to the id of its span in the trace being merged (an elided
  * span maps to its parent), or XSP_NO_PARENT. */
 typedef uint32_t (*xsp_resolve_fn)(void *ctx, uint64_t ext_id);

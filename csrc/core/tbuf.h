@@ -113,6 +113,9 @@ typedef struct xsp_tbuf {
     xsp_name_slot ncache[XSP_NAME_CACHE]; /* name pointer cache, cleared with names */
 
     uint64_t tid;               /* OS thread id of the owner */
+    uint32_t role;              /* XSP_ROLE_* the role function gave when the buffer was made
+                                 * (recorder.h: xsp_rec_set_thread_role_fn); 0 without one */
+    uint32_t role_num;          /* the role's number (an intra-op thread's number in its team) */
     uint32_t serial;            /* unique number of this buffer in the process (external ids) */
     uint32_t n_log;             /* log chunks in use (the last is the current one) */
     uint32_t cap_log;           /* capacity of log, log_used and log_size */

@@ -22,7 +22,7 @@
 #define XSP_NAME_STABLE 0x80u       /* rec_begin_l kind flag: the name's bytes stay put until
                                      * the next names_changed() (see recorder.h) */
 #endif
-#define XSP_CORE_API_VERSION 4
+#define XSP_CORE_API_VERSION 5
 
 /* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
  * payload.  Part of the ABI between the core and the shim. */
@@ -55,6 +55,10 @@ typedef struct xsp_core_api {
      * xsp_inputs_set_dtype_names (inputs.h: the names torch prints for each ScalarType) */
     void (*rec_data)(uint32_t sub, const void *data, uint32_t len);
     int (*set_dtype_names)(const char *const *names, uint32_t n);
+    /* version 5: xsp_rec_set_thread_role_fn (recorder.h): the shim's function that tells an
+     * intra-op pool thread from any other, asked once per new thread; fn returns an
+     * XSP_ROLE_* (recorder.h: 0 plain, 1 intra-op) and sets *num */
+    void (*set_thread_role_fn)(uint32_t (*fn)(uint32_t *num));
 } xsp_core_api;
 
 /* The other direction: the torch shim's table, exported by xsp._torch as the capsule

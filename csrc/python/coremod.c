@@ -43,6 +43,7 @@ static const xsp_core_api core_api = {
     .names_changed = xsp_rec_names_changed,
     .rec_data = xsp_rec_data,
     .set_dtype_names = xsp_inputs_set_dtype_names,
+    .set_thread_role_fn = xsp_rec_set_thread_role_fn,
 };
 
 static xsp_core_state *xsp_state(PyObject *mod)

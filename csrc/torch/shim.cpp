@@ -43,6 +43,7 @@ extern "C" {
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 #include <atomic>
@@ -453,6 +454,21 @@ int send_dtype_names(const xsp_core_api *api)
 
 } // namespace
 
+/* The core's thread role function (recorder.h, xsp_thread_role_fn): a thread whose first
+ * event comes inside a parallel region as a thread other than its team's first is one of the
+ * intra-op pool's (OpenMP's workers, or the native pool's); *num: its number in the team.
+ * Two thread-local reads; cannot throw. */
+static uint32_t thread_role(uint32_t *num) noexcept
+{
+    if (!at::in_parallel_region())
+        return 0;
+    int k = at::get_thread_num();
+    if (k <= 0)
+        return 0;
+    *num = static_cast<uint32_t>(k);
+    return 1;   /* XSP_ROLE_INTRAOP */
+}
+
 extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errlen)
 {
     return xsp_torch_attach2(api, 0, err, errlen);
@@ -512,6 +528,9 @@ extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char
             }
             g_data.store(reinterpret_cast<data_fn>(api->rec_data), std::memory_order_release);
         }
+        size_t need5 = offsetof(xsp_core_api, set_thread_role_fn) + sizeof api->set_thread_role_fn;
+        if (api->version >= 5 && api->size >= need5 && api->set_thread_role_fn != nullptr)
+            api->set_thread_role_fn(thread_role);
         /* the C functions cannot throw: their noexcept pointer types say so */
         g_begin.store(reinterpret_cast<begin_fn>(api->rec_begin_l), std::memory_order_release);
         g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);

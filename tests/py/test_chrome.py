@@ -42,7 +42,14 @@ def _check_export(trace, path):
     events = doc["traceEvents"]
     meta = [e for e in events if e["ph"] == "M"]
     xs = [e for e in events if e["ph"] == "X"]
-    assert len(meta) + len(xs) == len(events)
+    # flows: an intra-op pool thread's spans from the op that spawned them (one s, one f each)
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    links = xsp.kineto.spawn_links(trace)
+    assert len(meta) + len(xs) + len(flows) == len(events) and len(flows) == 2 * len(links)
+    assert sorted((e["ph"], e["id"], e["tid"]) for e in flows) == sorted(
+        [("s", n, trace.threads[trace.thread_index[j]][0]) for n, (_, j) in
+         enumerate(links, 1)] + [("f", n, trace.threads[trace.thread_index[i]][0])
+                                 for n, (i, _) in enumerate(links, 1)])
     assert meta[0] == {"ph": "M", "name": "process_name", "pid": pid,
                        "args": {"name": "xsp: %s" % trace.meta["region"]}}
     assert sorted((e["tid"], e["args"]["name"]) for e in meta[1:]) == sorted(
@@ -136,6 +143,8 @@ def test_threads_export(tmp_path):
     trace = prof.trace
     names = {name for _, name, _ in trace.threads}
     assert {"MainThread", "wörker"} <= names
+    # the pool's track is named, and its spans hang under the op that spawned them
+    assert all(name.startswith(("MainThread", "wörker", "intra-op thread ")) for name in names)
     xs = _check_export(trace, str(tmp_path / "threads.json"))
     assert {e["tid"] for e in xs} == {tid for tid, _, _ in trace.threads}
 
