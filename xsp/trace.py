@@ -278,8 +278,9 @@ class Trace:
             sel, ids = sel[last], ids[last]
         return ids, sel
 
-    def _attr_values(self, sel):
-        """The values of attributes sel (indices): see attr_column."""
+    def _attr_values(self, sel, strings=None):
+        """The values of attributes sel (indices): see attr_column; strings: the table to take
+        string values from (default self.strings)."""
         types = self._atype[sel]
         if len(sel) and (types == 0).all():
             return self._aint[sel].astype(np.int64, copy=False)
@@ -287,7 +288,7 @@ class Trace:
             return self._afloat[sel].astype(np.float64, copy=False)
         if not len(sel):
             return np.zeros(0, dtype=np.int64)
-        strings = self.strings
+        strings = self.strings if strings is None else strings
         return [int(self._aint[j]) if t == 0 else float(self._afloat[j]) if t == 1
                 else strings[self._astr[j]] for j, t in zip(sel.tolist(), types.tolist())]
 
@@ -749,9 +750,10 @@ class Trace:
             if places is not None:
                 text += self._source_suffix(ids, places)
             p = int(self._parent[i])
-            if p != NO_PARENT and self._thread[p] != self._thread[i]:
-                # another thread's work under this parent (an intra-op pool thread's under
-                # the op that spawned it, another thread's adopted by the region)
+            if p != NO_PARENT and self._thread[p] != self._thread[i] and \
+                    self.threads[int(self._thread[i])][2] == 0:
+                # another CPU thread's work under this parent (an intra-op pool thread's
+                # under the op that spawned it, another thread's adopted by the region)
                 tid, tname, _ = self.threads[int(self._thread[i])]
                 text += " on %s" % (_clean(tname) if tname else "thread %d" % tid)
         if depth > self._TREE_INDENT:
@@ -784,7 +786,8 @@ class Trace:
         return vals
 
     def to_pandas(self):
-        """One row per span: id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
+        """One row per span (strings that were not UTF-8 with '?' for the bytes, as the
+        reports write them): id, parent (-1 for roots), level, kind, name, start_ns, end_ns,
         duration_ns, self_ns, thread (OS id; int64, or uint64 when a track's id is 2**63 or
         more), depth, module (qualified name of the nearest enclosing module or model span, the
         span itself included; for a backward function and what runs inside it, the module of
@@ -796,8 +799,17 @@ class Trace:
         import pandas as pd
 
         n = len(self)
-        names = np.empty(len(self.strings), dtype=object)
-        names[:] = self.strings
+        # the strings as pandas can hold them: a name that was not UTF-8 (lone surrogates,
+        # kept byte for byte by the core) with '?' for them, as the reports and exporters
+        # write it (pandas' default string columns are Arrow's when pyarrow is installed,
+        # which refuse surrogates)
+        strings = self.strings
+        try:
+            "".join(strings).encode("utf-8")
+        except UnicodeEncodeError:
+            strings = [_printable(v) for v in strings]
+        names = np.empty(len(strings), dtype=object)
+        names[:] = strings
         tid_list = [t[0] for t in self.threads]
         tids = np.array(tid_list, dtype=np.uint64 if tid_list and max(tid_list) >= 2 ** 63
                         else np.int64)
@@ -823,12 +835,12 @@ class Trace:
         if len(self._akey):
             owner = self._attr_owner()
             for k in np.unique(self._akey):
-                key = self.strings[k]
+                key = strings[k]
                 col = np.full(n, None, dtype=object)
                 ids, sel = self._attr_entries(k, owner)
                 if len(ids):
                     vals = np.empty(len(ids), dtype=object)
-                    vals[:] = self._attr_column_values(key, self._attr_values(sel))
+                    vals[:] = self._attr_column_values(key, self._attr_values(sel, strings))
                     col[ids] = vals
                 while key in cols:
                     key = "attr." + key

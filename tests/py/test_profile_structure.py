@@ -174,9 +174,15 @@ def test_region_is_the_single_root_on_the_main_thread(which, request):
     assert trace.meta["levels"] == "ML" and trace.meta["region"] == "xsp.profile"
     assert trace.meta["hook_errors"] == 0
     assert trace.lost == 0
+    # the intra-op pool's counters only where it ran ops (the encoder's flash-attention
+    # backward allocates on it), each such op under the op that spawned it
+    pool = [s for s in trace if s.thread_name.startswith("intra-op thread ")]
+    links = {"intraop.linked": sum(1 for s in pool if s.parent_span.thread != s.thread),
+             "intraop.unlinked": 0, "intraop.ambiguous": 0} if pool else {}
     assert trace.counters == {"lost.cap": 0, "lost.depth": 0, "unmatched_end": 0,
                               "forced_end": 0, "open_at_stop": 0,
-                              "fwd_op.skipped": 0}
+                              "fwd_op.skipped": 0, **links}
+    assert bool(pool) == (which == "enc_bwd" and torch.get_num_threads() > 1)
     # no step() call: no step span at all
     assert trace.spans(kind="step") == []
     assert all(s.flags == 0 for s in trace)
