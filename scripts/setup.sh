@@ -37,6 +37,11 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=8"
 # tqdm: the optional progress bar of xsp.measure, which tests/py/test_measure.py checks
 "$VPY" -m pip install -q "tqdm==4.70.1"
+# transformers: the config classes the built-in model zoo is made of (xsp/zoo/catalog.py; the
+# `zoo` extra), with torch pinned in the same command so that pip keeps the CPU build.
+# 5.17.0: the release on the machine's local package index, which installs with all its
+# dependencies offline (5.25.0 needs kernels>=0.19.1, which no index reachable here has)
+"$VPY" -m pip install -q "$TORCH_PIN" "transformers==5.17.0"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
 
