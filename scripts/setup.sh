@@ -42,6 +42,9 @@ VPY="$VENV/bin/python"
 # 5.17.0: the release on the machine's local package index, which installs with all its
 # dependencies offline (5.25.0 needs kernels>=0.19.1, which no index reachable here has)
 "$VPY" -m pip install -q "$TORCH_PIN" "transformers==5.17.0"
+# duckdb and pyarrow: the zoo's results database (xsp/zoo/store.py writes Parquet files with
+# pyarrow, DuckDB reads them; the `zoo` extra), torch pinned in the same command as above
+"$VPY" -m pip install -q "torch==2.13.0" "duckdb==2.0.1" "pyarrow==26.0.1"
 XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
 
