@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "inmemo.h"
 #include "inputs.h"
 #include "spawn.h"
 #include "tbuf.h"
@@ -45,6 +46,7 @@ typedef struct thread_view {
 /* The data events' attribute keys and what their decoding met (merge-wide). */
 typedef struct data_keys {
     xsp_inputs_keys in;                    /* interned once inputs exist */
+    xsp_inmemo memo;                       /* each distinct inputs payload decoded once */
     int in_ready;                          /* in is interned */
     uint32_t mem[XSP_MEM_DEVS][6];         /* mem.<dev>.{allocs,alloc_bytes,frees,freed_bytes,
                                             * peak,total}, interned on first use (0: not yet) */
@@ -69,7 +71,7 @@ static int add_data_attrs(xsp_trace *t, xsp_span *s, uint32_t i, thread_view *v,
             dk->in_ready = 1;
         }
         uint32_t added = 0;
-        int rc = xsp_inputs_decode(t, &dk->in, tb->dbytes + e->off, e->len, &added);
+        int rc = xsp_inmemo_decode(&dk->memo, t, &dk->in, tb->dbytes + e->off, e->len, &added);
         if (rc < 0)
             return -1;
         if (rc > 0)
@@ -456,6 +458,7 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
         resolver rs = {v, n};
         ok = extra->fn(t, resolve, &rs, map, extra->arg) == 0;
     }
+    xsp_inmemo_free(&dk.memo);
     ok = ok && add_counters(t, bufs, n, &dk) == 0
          && xsp_trace_add_counter(t, "fwd_op.skipped", linked ? 0 : (int64_t)seq_ops) == 0;
     ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0

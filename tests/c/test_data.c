@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/inmemo.h"
 #include "trace_check.h"
 #include "core/clock.h"
 #include "core/inputs.h"
@@ -326,8 +327,64 @@ static void test_decode_hostile(void)
     (void)ok;
 }
 
+/* The memo (inmemo.h) gives what plain decoding gives, payload for payload: 3000 distinct
+ * payloads (valid ones of many shapes, and malformed ones) decoded three times each,
+ * interleaved, through the memo into one trace and plainly into another; the memo grows past
+ * its first 1024 slots and saves exactly the repeats. */
+static void test_memo(void)
+{
+    xsp_trace *plain = xsp_trace_new(), *memo = xsp_trace_new();
+    xsp_inputs_keys kp, km;
+    CHECK(plain && memo && xsp_inputs_keys_init(plain, &kp) == 0
+          && xsp_inputs_keys_init(memo, &km) == 0);
+    if (!plain || !memo)
+        return;
+    enum { N = 3000 };
+    static pb pay[N];
+    for (int i = 0; i < N; i++) {
+        pb_head(&pay[i], i % 3 ? "Tensor" : "Tensor(a)", XSP_IN_SCHEMA, 2);
+        pb_tensor(&pay[i], 6, 2, (int64_t[]){i, 3}, (int64_t[]){3, 1});
+        pb_u8(&pay[i], 'D');
+        pb_u8(&pay[i], 1);
+        pb_f64(&pay[i], i * 0.5);
+        if (i % 7 == 0)
+            pay[i].n -= 3;                      /* malformed: cut short */
+    }
+    xsp_inmemo m = {0};
+    int same = 1;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t ap = 0, am = 0, p0 = plain->n_attrs, m0 = memo->n_attrs;
+            int rp = xsp_inputs_decode(plain, &kp, pay[i].b, pay[i].n, &ap);
+            int rm = xsp_inmemo_decode(&m, memo, &km, pay[i].b, pay[i].n, &am);
+            same &= rp == rm && ap == am && rp == (i % 7 == 0);
+            for (uint32_t j = 0; same && j < ap; j++) {
+                const xsp_attr *a = &plain->attrs[p0 + j], *b = &memo->attrs[m0 + j];
+                same &= a->type == b->type
+                        && strcmp(xsp_strtab_get(&plain->strings, a->key, NULL),
+                                  xsp_strtab_get(&memo->strings, b->key, NULL)) == 0
+                        && (a->type != XSP_ATTR_STR
+                            || strcmp(xsp_strtab_get(&plain->strings, a->v.s, NULL),
+                                      xsp_strtab_get(&memo->strings, b->v.s, NULL)) == 0)
+                        && (a->type == XSP_ATTR_STR || a->v.i == b->v.i);
+            }
+        }
+    }
+    CHECK(same);
+    CHECK_EQ_U(m.used, N);
+    CHECK_EQ_U(m.hits, 2 * N);
+    CHECK(m.cap >= 2 * N);
+    CHECK_EQ_U(plain->n_attrs, memo->n_attrs);
+    xsp_inmemo_free(&m);
+    xsp_inmemo_free(NULL);
+    CHECK(m.slots == NULL && m.cap == 0);
+    xsp_trace_free(plain);
+    xsp_trace_free(memo);
+}
+
 int main(void)
 {
+    test_memo();
     test_decode_hostile();
     test_fmt_double();
     test_inputs();
