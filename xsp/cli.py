@@ -133,6 +133,9 @@ def _parser():
     g.add_argument("--allow-missing", action="store_true",
                    help="merge even when some ranks of the world size are missing")
     g.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    sub.add_parser("zoo", add_help=False,
+                   help="XSP's evaluation pipeline over a model zoo: xsp zoo run|list|status|"
+                        "query|report (xsp zoo --help; docs/zoo.md)")
     return p
 
 
@@ -588,6 +591,11 @@ def _merge(ns):
 
 def main(argv=None):
     """Entry point of `xsp` and `python -m xsp`; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["zoo"]:
+        # the evaluation pipeline's commands (docs/zoo.md), their own parser
+        from .zoo import cli as zoo_cli
+        return zoo_cli.main(argv[1:])
     ns = _parser().parse_args(argv)
     try:
         return {"run": _run, "summary": _summary, "export": _export, "report": _report,

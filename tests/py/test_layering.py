@@ -58,6 +58,9 @@ LAYERS = {
     "perf": 5, "pytest_plugin": 6,
     # L7: the entry points and the package itself
     "cli": 7, "demo": 7, "__main__": 7, "__init__": 7,
+    # the evaluation pipeline, the subpackage xsp/zoo as one node (its own modules are checked
+    # by test_the_zoo_sits_on_top): an entry point over the whole public API
+    "zoo": 7,
 }
 # imports allowed within one layer (the graph must still have no cycle): errors re-exports the
 # exception classes the C core defines; measure runs profiles; comparing two runs compares
@@ -67,7 +70,7 @@ LAYERS = {
 SAME_LAYER = {("errors", "_core"), ("iterations", "_tree"), ("kineto", "iterations"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
               ("leveled", "profiler"), ("compare", "analysis"), ("analysis", "flops"),
               ("compare", "flops"), ("compare", "memory"), ("distributed", "analysis"),
-              ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli")}
+              ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli"), ("cli", "zoo")}
 # the modules above the data layer that must not touch a Trace's or Span's private members
 # (profiler.py builds the Trace and is checked by the layer rule only)
 PUBLIC_API_ONLY = ("analysis", "chrome", "otlp", "compare", "_html", "report", "leveled", "cli",
@@ -268,3 +271,55 @@ def test_no_trace_private_access_above_the_data_layer():
                 bad.append("%s: .%s is private to xsp.trace (a Trace's or Span's); use the "
                            "public API" % (_where(mod, node.lineno), node.attr))
     assert bad == [], "\n".join(sorted(bad))
+
+
+def _zoo_imports(path):
+    """[(kind, name, line)] of what an xsp/zoo/*.py imports from xsp: ("zoo", sibling) for its
+    own package's modules, ("xsp", module) for the package's ("__init__" for xsp itself)."""
+    out = []
+    for node in ast.walk(_parse(path)):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "xsp":
+                    if parts[1:2] == ["zoo"]:
+                        out.append(("zoo", parts[2] if len(parts) > 2 else "__init__",
+                                    node.lineno))
+                    else:
+                        out.append(("xsp", parts[1] if len(parts) > 1 else "__init__",
+                                    node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1 or (node.level == 0 and mod.startswith("xsp.zoo")):
+                sub = mod if node.level == 1 else mod[len("xsp.zoo"):].lstrip(".")
+                names = [sub.split(".")[0]] if sub else [a.name for a in node.names]
+                out.extend(("zoo", n, node.lineno) for n in names)
+            elif node.level == 2 or (node.level == 0 and (mod == "xsp" or
+                                                          mod.startswith("xsp."))):
+                sub = mod if node.level == 2 else mod[len("xsp"):].lstrip(".")
+                names = [sub.split(".")[0]] if sub else [
+                    a.name if a.name in _modules() else "__init__" for a in node.names]
+                out.extend(("xsp", n, node.lineno) for n in names)
+            else:
+                assert node.level == 0, "%s:%d: import from outside the package" % (
+                    path, node.lineno)
+    return out
+
+
+def test_the_zoo_sits_on_top():
+    """xsp/zoo imports xsp's modules of every layer below the entry points (and xsp itself),
+    never the other entry points; nothing in xsp imports it but the CLI, so `import xsp`
+    stays as light as it was."""
+    paths = sorted(glob.glob(os.path.join(PKG, "zoo", "*.py")))
+    assert paths, "xsp/zoo has no modules"
+    bad = []
+    for path in paths:
+        for kind, name, line in _zoo_imports(path):
+            if kind == "zoo":
+                if not os.path.exists(os.path.join(PKG, "zoo", name + ".py")):
+                    bad.append("%s:%d: xsp.zoo has no module %s" % (path, line, name))
+            elif name not in LAYERS or (LAYERS[name] >= 7 and name != "__init__"):
+                bad.append("%s:%d: imports xsp.%s" % (path, line, name))
+    assert bad == [], "\n".join(bad)
+    users = sorted(m for m, edges in graph().items() if any(d == "zoo" for d, _ in edges))
+    assert users == ["cli"]
