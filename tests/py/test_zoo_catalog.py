@@ -665,6 +665,8 @@ BAD = [
      "model 'x': source: DIR/mlp.py defines no function 'maker'"),
     ('[[models]]\nname = "x"\nsource = "python:mlp.py:make"\nconfig = {depth = 3}\n',
      "model 'x': config.depth: make() takes no argument 'depth' (it takes width)"),
+    ('[[models]]\nname = "x"\nsource = "python:mlp.py:make"\nsmall = {config = {w = 1}}\n',
+     "model 'x': small.config.w: make() takes no argument 'w' (it takes width)"),
     ('[[models]]\nname = "x"\nsource = "python:broken.py:make"\n',
      "model 'x': source: DIR/broken.py cannot be parsed: invalid syntax (broken.py, line 1)"),
     ('[[models]]\nname = "x"\nsource = "python:mlp.py"\n',

@@ -685,6 +685,9 @@ def _check_entry(e, where):
         _check_hf(e, where)
     elif e.kind == "python":
         _check_python(e.source, e, where, "source", e.config_dict)
+        small = e.small_dict.get("config")
+        if small:
+            _check_python(e.source, e, where, "source", small, "small.config")
     if isinstance(e.input, str):
         _check_python(e.input, e, where, "input", None)
 
@@ -786,7 +789,7 @@ def _python_target(source):
     return target, func
 
 
-def _check_python(source, e, where, field, config):
+def _check_python(source, e, where, field, config, config_field="config"):
     target, func = _python_target(source)
     if _is_file(target):
         if not os.path.isfile(target):
@@ -814,8 +817,9 @@ def _check_python(source, e, where, field, config):
         params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
         for k in config:
             if k not in params:
-                raise _error(where, e.name, "config.%s" % k, "%s() takes no argument %r "
-                             "(it takes %s)" % (func, k, ", ".join(params) or "none"))
+                raise _error(where, e.name, "%s.%s" % (config_field, k), "%s() takes no "
+                             "argument %r (it takes %s)" % (func, k, ", ".join(params) or
+                                                            "none"))
 
 
 @functools.lru_cache(maxsize=64)
