@@ -58,6 +58,9 @@ if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
     # pytest-xdist for tests/py/test_pytest_plugin.py (the plugin under two workers): the
     # version of xsp's `pytest` extra
     "$VPY" -m pip install -q "pytest-xdist==3.8.0"
+    # Ray for tests/py/test_zoo_run.py (xsp zoo run --engine ray on a real local cluster):
+    # xsp's `ray` extra, with torch pinned in the same command so that pip keeps the CPU build
+    "$VPY" -m pip install -q "$TORCH_PIN" "ray==2.60.0"
     # HTA and TensorBoard's profiler plugin for tests/py/test_kineto.py, pinned.  HTA 0.5.0
     # declares jupyterlab (and pytest) as requirements, which its analyses never import:
     # installed without its declared dependencies, with the ones it imports, pinned to the
