@@ -40,6 +40,22 @@ def fake_clock():
     _core.set_fake_clock(0, 0)
 
 
+@pytest.fixture
+def torch_threads():
+    """Returns set(n), which sets torch's intra-op threads to n for the test; the setting
+    before is restored when the test ends, whatever happens."""
+    import torch
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread(torch_threads):
+    """One intra-op thread: no intra-op worker reads the fake clock."""
+    torch_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def no_session_left_behind():
     """Fails a test that leaves a profile recording, and cleans up after it so that one broken

@@ -8,6 +8,16 @@ import xsp
 MODULE_KINDS = ("module", "model")
 
 
+def descendants(trace, i):
+    """How many spans lie below span i (its whole subtree, i not counted)."""
+    out, todo = 0, [i]
+    while todo:
+        kids = trace.children_of(todo.pop()).tolist()
+        out += len(kids)
+        todo.extend(kids)
+    return out
+
+
 def have_otlp():
     """Whether the extra xsp[otlp] is installed (always, under make test's XSP_TEST_TOOLS)."""
     if os.environ.get("XSP_TEST_TOOLS") == "1":

@@ -16,13 +16,10 @@ POOL = "intra-op thread 1"
 
 
 @pytest.fixture
-def two_threads():
+def two_threads(torch_threads):
     """Two intra-op threads for the test (at::parallel_for then splits a batch of 4 into two
     halves, one per thread, on any machine), the setting restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    torch_threads(2)
 
 
 def _generator():
@@ -91,10 +88,9 @@ def test_pool_ops_hang_under_the_op_that_spawned_them(trace):
             assert "aten::select [op]" in ln
 
 
-def test_without_a_profile_of_the_pool_nothing_changes(two_threads):
+def test_without_a_profile_of_the_pool_nothing_changes(one_thread):
     """One thread: no pool track, no intraop counters (they appear only when there are pool
     spans)."""
-    torch.set_num_threads(1)
     g, z = _generator()
     with xsp.profile(levels="ML") as prof:
         g(z).sum().backward()

@@ -14,6 +14,7 @@ from torch import nn
 import xsp
 from xsp import _core
 from xsp.leveled import _Progress, trimmed_stats
+from helpers import descendants
 
 STEP = 1000
 
@@ -32,23 +33,6 @@ class Tick(nn.Module):
         for _ in range(k):
             _core.now()
         return x
-
-
-@pytest.fixture
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)       # no intra-op worker reads the fake clock
-    yield
-    torch.set_num_threads(n)
-
-
-def descendants(trace, i):
-    out, todo = 0, [i]
-    while todo:
-        kids = trace.children_of(todo.pop()).tolist()
-        out += len(kids)
-        todo.extend(kids)
-    return out
 
 
 def test_trimmed_stats():

@@ -22,6 +22,7 @@ import xsp
 from xsp import analysis, flops, memory
 from xsp.zoo import store, system
 from xsp.zoo.store import SCHEMAS, SchemaVersionError, StoreError
+from helpers import descendants
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
 
@@ -477,23 +478,6 @@ def test_compacted_names_are_not_evaluation_ids(tmp_path):
 # -- the rows of a real measurement -------------------------------------------------------
 
 STEP = 1000
-
-
-@pytest.fixture
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)       # no intra-op worker reads the fake clock
-    yield
-    torch.set_num_threads(n)
-
-
-def descendants(trace, i):
-    out, todo = 0, [i]
-    while todo:
-        kids = trace.children_of(todo.pop()).tolist()
-        out += len(kids)
-        todo.extend(kids)
-    return out
 
 
 def test_rows_from_a_real_measurement(tmp_path, fake_clock, one_thread):
