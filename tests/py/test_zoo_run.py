@@ -119,12 +119,11 @@ def _small_manifest(d):
 @pytest.fixture(scope="module")
 def small(zoo_dir):
     """The small zoo at batch sizes 1, 2 and levels ML, run once on the local engine, two
-    workers at a time: (zoo, results directory, Results, wall seconds)."""
+    workers at a time: (zoo, results directory, Results)."""
     zoo = catalog.load(_small_manifest(zoo_dir)).override(batch_sizes=[1, 2], levels="ML")
     out = str(zoo_dir / "results")
-    t0 = time.monotonic()
     res = runner.run(zoo, out, jobs=2, progress=False)
-    return zoo, out, res, time.monotonic() - t0
+    return zoo, out, res
 
 
 def _files(d):
@@ -159,7 +158,7 @@ def _trace_layers(results_dir, trace_path):
 # -- the local engine ---------------------------------------------------------------------------
 
 def test_small_zoo_rows(small):
-    zoo, out, res, _ = small
+    zoo, out, res = small
     models = ["mlp", "convnet", HF_MODEL]
     assert [(r["model"], r["batch_size"], r["status"]) for r in res.rows] == \
         [(m, b, "ok") for m in models for b in (1, 2)]
@@ -196,7 +195,7 @@ def test_small_zoo_rows(small):
 
 
 def test_second_run_skips_everything(small):
-    zoo, out, _, _ = small
+    zoo, out, _ = small
     before = _files(out)
     res = runner.run(zoo, out, jobs=2, progress=False)
     assert (res.done, res.failed, res.skipped, res.rows) == (0, 0, 6, [])
@@ -435,7 +434,7 @@ def test_cli_list_and_usage_errors(zoo_dir):
 
 
 def test_cli_status_and_query(small, failures):
-    _, out, _, _ = small
+    _, out, _ = small
     assert _main("status", out) == (0, "done     6\nfailed   0\npending  0\n", "")
     fout, _ = failures
     r = _cli("status", fout)
@@ -482,7 +481,7 @@ sleeper           1 timeout
 
 
 def test_cli_run_resumes_a_finished_zoo(small, zoo_dir):
-    zoo, out, _, _ = small
+    zoo, out, _ = small
     before = _files(out)
     r = _cli("run", _small_manifest(zoo_dir), "--batch-sizes", "1,2", "--levels", "ML",
              "-o", out)
@@ -509,7 +508,7 @@ def test_ray_engine_gives_the_local_rows(small, zoo_dir):
     cluster: the same evaluations, statuses, layers and ops as the local engine's, apart from
     timings."""
     ray = _ray()
-    zoo, local_out, _, _ = small
+    zoo, local_out, _ = small
     zoo = catalog.Zoo(tuple(e for e in zoo.entries if e.name in ("mlp", "convnet")),
                       dict(zoo.system), zoo.path).override(batch_sizes=[1])
     out = str(zoo_dir / "ray")
