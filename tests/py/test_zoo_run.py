@@ -291,6 +291,15 @@ def _main(*args):
     return rc, out.getvalue(), err.getvalue()
 
 
+# `xsp zoo run` with Python's own SIGINT handler, whatever this process's SIGINT is: a test
+# run started as a background job of a non-interactive shell (`make test &`, nohup) has SIGINT
+# ignored, its children inherit that through exec and Python then installs no handler, so the
+# SIGINT below would be ignored (respected, rightly, by xsp zoo run) and the run never end
+CTRL_C_ABLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
+               "signal.default_int_handler); sys.argv[0] = 'xsp zoo'; "
+               "runpy.run_module('xsp.zoo.cli', run_name='__main__', alter_sys=True)")
+
+
 def _wait_for(path, proc):
     deadline = time.monotonic() + HANG_GUARD_S
     while not os.path.exists(path):
@@ -316,7 +325,7 @@ def test_interrupted_run_resumes(zoo_dir):
         config = {gate = "%s", pidfile = "%s"}
         """ % (gate, pidfile))
     out = str(zoo_dir / "interrupted")
-    proc = subprocess.Popen([sys.executable, "-m", "xsp.zoo.cli", "run", manifest, "-o", out],
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_ABLE, "run", manifest, "-o", out],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(pidfile, proc)            # mlp is done (one worker at a time, in order)
