@@ -26,7 +26,7 @@ from ._util import fmt_ns, printable
 from .trace import KINDS, ancestor_count
 
 __all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
-           "roofline_svg", "memory_svg"]
+           "roofline_svg", "memory_svg", "SORT_SCRIPT"]
 
 # fill colours per kind, light enough for black labels; "merged" is a box of sub-pixel spans
 KIND_COLORS = {
@@ -801,21 +801,26 @@ def _unit_of(col):
     return None
 
 
-def table_html(df, *, units=None):
+def table_html(df, *, units=None, sortable=False):
     """A DataFrame as an HTML <table class="xsp"> (a str), formatted for reading; the frame is
     left as it is.  Each column's unit comes from units (a dict column -> "ns", "share",
-    "bytes" or None for plain) or else from its name: ..._ns -> durations with units in the
-    cells ("1.952 ms"), ...share -> "12.3%", ..._bytes -> "4.0 KiB".  Headers drop the unit
-    suffix and show underscores as spaces ("total_ns" -> "total", "gpu_share" -> "gpu share")
-    unless two headers would then be the same.  Missing values (None, NaN, NA) show as "-";
-    numeric columns are right-aligned (class xsp-num).  Everything is escaped."""
+    "bytes", "si" or None for plain) or else from its name: ..._ns -> durations with units in
+    the cells ("1.952 ms"), ...share -> "12.3%", ..._bytes -> "4.0 KiB"; "si" is a number with
+    an SI prefix ("3.2 k").  Headers drop the unit suffix and show underscores as spaces
+    ("total_ns" -> "total", "gpu_share" -> "gpu share") unless two headers would then be the
+    same.  Missing values (None, NaN, NA) show as "-"; numeric columns are right-aligned
+    (class xsp-num).  Everything is escaped.
+
+    sortable: the table gets class xsp-sort and each numeric cell its value in data-v, so
+    that SORT_SCRIPT (once on the page) sorts the rows by a column when its header is
+    clicked: numbers by value, text by text, missing values last, a second click reversing."""
     units = dict(units or {})
     cols = list(df.columns)
     unit = {c: units[c] if c in units else _unit_of(c) for c in cols}
     for c, u in unit.items():
-        if u not in (None, "ns", "share", "bytes"):
-            raise ValueError("unit of column %r must be 'ns', 'share', 'bytes' or None, not %r"
-                             % (c, u))
+        if u not in (None, "ns", "share", "bytes", "si"):
+            raise ValueError("unit of column %r must be 'ns', 'share', 'bytes', 'si' or None, "
+                             "not %r" % (c, u))
     heads = []
     for c in cols:
         h = str(c)
@@ -826,7 +831,7 @@ def table_html(df, *, units=None):
     for j, c in enumerate(cols):        # a header made ambiguous keeps the column's name
         if heads.count(heads[j]) > 1:
             heads[j] = str(c)
-    fmt = {"ns": fmt_ns, "share": _share, "bytes": _fmt_bytes, None: _plain}
+    fmt = {"ns": fmt_ns, "share": _share, "bytes": _fmt_bytes, "si": _si, None: _plain}
     body = []
     columns = [df[c].tolist() for c in cols]
     numeric = []
@@ -839,13 +844,38 @@ def table_html(df, *, units=None):
         for j, c in enumerate(cols):
             v = columns[j][r]
             text = "-" if _missing(v) else fmt[unit[c]](v)
-            cells.append('<td%s>%s</td>' % (' class="xsp-num"' if numeric[j] else "",
-                                            _esc(text)))
+            attrs = ' class="xsp-num"' if numeric[j] else ""
+            if sortable and numeric[j]:
+                attrs += ' data-v="%s"' % ("" if _missing(v) else repr(float(v)))
+            cells.append('<td%s>%s</td>' % (attrs, _esc(text)))
         body.append("<tr>%s</tr>" % "".join(cells))
     head = "".join('<th%s>%s</th>' % (' class="xsp-num"' if numeric[j] else "", _esc(h))
                    for j, h in enumerate(heads))
-    return ('<table class="xsp"><thead><tr>%s</tr></thead><tbody>\n%s\n</tbody></table>'
-            % (head, "\n".join(body)))
+    return ('<table class="xsp%s"><thead><tr>%s</tr></thead><tbody>\n%s\n</tbody></table>'
+            % (" xsp-sort" if sortable else "", head, "\n".join(body)))
+
+
+# Sorts a table.xsp-sort by the column whose header is clicked (table_html(sortable=True)):
+# by data-v as numbers in numeric columns (class xsp-num), else by the text; missing values
+# last either way; the header shows the direction in aria-sort.  Array.sort is stable, so
+# rows equal in the column keep their order.  No network, no other script needed.
+SORT_SCRIPT = (
+    "<script>(function(){"
+    "function key(td,num){var v=td.hasAttribute('data-v')?td.getAttribute('data-v'):"
+    "td.textContent;if(!num)return v;return v===''||v==='-'?null:parseFloat(v);}"
+    "function sort(t,j,th){var asc=th.getAttribute('aria-sort')!=='ascending';"
+    "var hs=t.tHead.rows[0].cells;for(var i=0;i<hs.length;i++)hs[i].removeAttribute("
+    "'aria-sort');th.setAttribute('aria-sort',asc?'ascending':'descending');"
+    "var num=th.classList.contains('xsp-num'),b=t.tBodies[0];"
+    "var rows=Array.prototype.slice.call(b.rows);rows.sort(function(p,q){"
+    "var x=key(p.cells[j],num),y=key(q.cells[j],num);if(x===null||y===null)"
+    "return (x===null)-(y===null);var c=num?(x<y?-1:x>y?1:0):x.localeCompare(y);"
+    "return asc?c:-c;});rows.forEach(function(r){b.appendChild(r);});}"
+    "document.querySelectorAll('table.xsp-sort').forEach(function(t){"
+    "var hs=t.tHead.rows[0].cells;Array.prototype.forEach.call(hs,function(th,j){"
+    "th.style.cursor='pointer';th.title='sort by this column';"
+    "th.addEventListener('click',function(){sort(t,j,th);});});});"
+    "})();</script>")
 
 
 # -- a standalone page ----------------------------------------------------------------------

@@ -323,3 +323,19 @@ def test_the_zoo_sits_on_top():
     assert bad == [], "\n".join(bad)
     users = sorted(m for m, edges in graph().items() if any(d == "zoo" for d, _ in edges))
     assert users == ["cli"]
+
+
+# the zoo's readers of the results, over the store only: a report needs no model code, no
+# worker and no torch (test_zoo_report checks the torch part on a real import)
+ZOO_READERS = {"analyses": {"store"}, "report": {"analyses", "store"}}
+
+
+def test_the_zoo_reports_read_the_store_only():
+    bad = []
+    for mod, allowed in sorted(ZOO_READERS.items()):
+        path = os.path.join(PKG, "zoo", mod + ".py")
+        for kind, name, line in _zoo_imports(path):
+            if kind == "zoo" and name not in allowed:
+                bad.append("%s:%d: xsp.zoo.%s imports xsp.zoo.%s; it reads the results through "
+                           "%s only" % (path, line, mod, name, ", ".join(sorted(allowed))))
+    assert bad == [], "\n".join(bad)

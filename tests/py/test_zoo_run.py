@@ -72,6 +72,13 @@ def hog():
     return mmap.mmap(-1, 6 << 30), None
 
 
+def envprobe(path):
+    """Writes what the worker sees of its environment, then is an mlp."""
+    with open(path, "w") as f:
+        f.write("%s %d" % (os.environ.get("XSP_ZOO_PROBE"), torch.get_num_threads()))
+    return mlp()
+
+
 def gated(gate, pidfile):
     """Writes its pid, then waits for the gate file: it holds its worker until the test says."""
     with open(pidfile + ".tmp", "w") as f:
@@ -227,9 +234,16 @@ def _failures_manifest(d):
 
 @pytest.fixture(scope="module")
 def failures(zoo_dir):
+    """The failures zoo, its workers spawned (runner.START_ENV): the small zoo's come from the
+    fork server, so both ways of starting a worker meet every kind of end."""
     zoo = catalog.load(_failures_manifest(zoo_dir))
     out = str(zoo_dir / "failures")
-    return out, runner.run(zoo, out, jobs=2, memory_limit=4 << 30, progress=False)
+    mp = pytest.MonkeyPatch()
+    mp.setenv(runner.START_ENV, "spawn")
+    try:
+        return out, runner.run(zoo, out, jobs=2, memory_limit=4 << 30, progress=False)
+    finally:
+        mp.undo()
 
 
 def test_failures_are_rows(failures):
@@ -270,6 +284,39 @@ def test_failures_are_rows(failures):
     logs = os.listdir(os.path.join(out, runner.LOGS))
     assert sorted(n.split("-b")[0] for n in logs) == ["boom", "boom", "hog", "killer",
                                                       "sleeper"]
+
+
+def test_workers_take_the_run_environment_and_big_runs_compact(small, zoo_dir, monkeypatch):
+    """A worker forked from the fork server (started by an earlier run of this process, with
+    the environment of then) sees the environment of its own run, and torch's threads follow
+    OMP_NUM_THREADS; a run that ends with COMPACT_AT evaluations' own files compacts them:
+    one file per table, the same rows."""
+    probe = str(zoo_dir / "probe.txt")
+    manifest = _manifest(zoo_dir / "probe.toml", """\
+        batch_sizes = [1, 2]
+        levels = "ML"
+        [[models]]
+        name = "envprobe"
+        source = "python:models.py:envprobe"
+        config = {path = "%s"}
+        """ % probe)
+    monkeypatch.setenv("XSP_ZOO_PROBE", "seen")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(runner, "COMPACT_AT", 2)
+    out = str(zoo_dir / "probe")
+    res = runner.run(catalog.load(manifest), out, progress=False)
+    assert (res.done, res.failed) == (2, 0)
+    with open(probe) as f:
+        assert f.read() == "seen 1"
+    assert [r["torch_threads"] for r in res.rows] == [1, 1]
+    for table in ("evaluations", "layers", "layer_types", "ops"):
+        names = os.listdir(os.path.join(out, table))
+        assert len(names) == 1 and names[0].startswith(store.COMPACT_PREFIX), (table, names)
+    df = _rows(out)
+    assert sorted(zip(df["evaluation_id"], df["status"])) == sorted(
+        (r["evaluation_id"], "ok") for r in res.rows)
+    # measure_s: the profiled work's share of the evaluation's wall time, both measured
+    assert all(0 < m <= w for m, w in zip(df["measure_s"], df["wall_s"]))
 
 
 # -- Ctrl-C and resume, through the command line ---------------------------------------------

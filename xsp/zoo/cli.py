@@ -6,7 +6,9 @@
     xsp zoo list [SPEC]                     the models of a zoo, one a line
     xsp zoo status DIR                      done / failed / pending, the failed with reasons
     xsp zoo query DIR SQL [--format table|csv|json]
-    xsp zoo report DIR [-o zoo.html]        the cross-model report (xsp.zoo.report)
+    xsp zoo report DIR... [-o zoo.html]     the cross-model report (xsp.zoo.report): text,
+                                            or one HTML file; several DIRs (several
+                                            machines' results) read as one
 
 SPEC is "builtin", "builtin-small" or a .toml manifest; --models a comma-separated list of
 built-in names and sources (catalog.load).  Exit status: 0 when everything asked for is done,
@@ -121,8 +123,9 @@ def _parser():
     q.add_argument("sql", metavar="SQL")
     q.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
-    rp = sub.add_parser("report", help="the cross-model report of a results directory")
-    rp.add_argument("results", metavar="DIR")
+    rp = sub.add_parser("report", help="the cross-model report of a results directory (of "
+                                       "several: the results of several machines, together)")
+    rp.add_argument("results", metavar="DIR", nargs="+")
     rp.add_argument("-o", "--output", metavar="zoo.html",
                     help="write the HTML report here (without: the text summary)")
     return p
@@ -241,19 +244,13 @@ def _query(ns):
 
 
 def _report(ns):
-    import importlib
-    import importlib.util
-    if importlib.util.find_spec("xsp.zoo.report") is None:
-        sys.stderr.write("xsp zoo report: not available yet: the cross-model report "
-                         "(xsp/zoo/report.py) is not part of this xsp; `xsp zoo query` reads "
-                         "the results meanwhile\n")
-        return 2
-    report = importlib.import_module("xsp.zoo.report")
+    from . import report
+    src = ns.results[0] if len(ns.results) == 1 else ns.results
     if ns.output:
-        report.html(ns.results, ns.output)
+        report.html(src, ns.output)
         sys.stdout.write("report: %s\n" % ns.output)
     else:
-        sys.stdout.write(report.text(ns.results))
+        sys.stdout.write(report.text(src))
     return 0
 
 

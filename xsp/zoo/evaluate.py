@@ -191,11 +191,13 @@ def evaluate(entry, batch_size, results_dir, *, system=None, price_per_hour=None
         meter = _system.EnergyMeter()
         with torch.no_grad() if entry.task == "inference" else _nullcontext():
             meter.start()
+            t_measure = time.perf_counter()
             try:
                 m = xsp.measure(fn, levels=entry.levels, warmup=WARMUP, repeat=REPEAT,
                                 batch_size=int(batch_size), progress=False, name=entry.name,
                                 **opts, **kwargs)
             finally:
+                measure_s = time.perf_counter() - t_measure
                 meter.stop()
         phase = "write"
         ident = _identity(entry, batch_size, system)
@@ -209,6 +211,7 @@ def evaluate(entry, batch_size, results_dir, *, system=None, price_per_hour=None
             price_per_hour=price_per_hour, started_at=started, trace_path=trace_rel,
             options=_options(entry, device), torch_threads=int(torch.get_num_threads()),
             **ident)
+        row["measure_s"] = measure_s
         row["wall_s"] = time.perf_counter() - t0
         _store.write_system(results_dir, system)
         _store.write_evaluation(results_dir, row, tables)

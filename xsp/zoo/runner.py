@@ -7,11 +7,22 @@ default or Ray tasks.  Every evaluation ends as a row of the store, ok or not: a
 fails to build, raises, crashes or times out is a row with its status and reason, never the
 end of the run.
 
-The local engine and its worker protocol.  Each entry gets a worker process of its own,
-started with multiprocessing's "spawn" context (a fresh interpreter, never a fork of this
-one: the parent's threads, locks, CUDA context and profiler state are not copied), which
-evaluates the entry's pending batch sizes in turn, so that interpreter start and the imports
-of torch, xsp and the model's package are paid once per entry.  `jobs` workers run at once.
+The local engine and its worker protocol.  Each entry gets a worker process of its own, which
+evaluates the entry's pending batch sizes in turn.  No worker is a fork of this process (the
+parent's threads, locks, CUDA context and profiler state are never copied): workers come
+from multiprocessing's fork server, a fresh interpreter started at the first run of a process
+that imports torch, xsp's measurement and the zoo's writers, and the model packages the zoo's
+sources need (transformers for hf:, timm, torchvision), then forks one clean worker per
+request.  The server only imports: it builds no model, runs no op, initialises no CUDA (torch
+does that at first use) and starts no thread of its own (the libraries' helper threads, as
+OpenBLAS's and Arrow's, are re-made after a fork by the libraries themselves), so a worker
+starts as a fresh interpreter would, in about a tenth of a second instead of the seconds
+those imports take (benchmarks/bench_zoo.py).  The server lives as long as this process and
+keeps the environment it was started with: each worker takes this process's os.environ as
+its own and, where OMP_NUM_THREADS differs from the server's, sets torch's threads from it.
+Where the fork server is not available (not on POSIX), or XSP_ZOO_START=spawn, or the server
+cannot start, workers are spawned (a fresh interpreter each, the imports paid per entry).
+`jobs` workers run at once.
 The worker talks to the parent over a one-way pipe, one message per event:
 
     ("ready", pid)              imports done: the worker is ready to evaluate
@@ -49,6 +60,13 @@ torch and xsp imported holds about 1 GB of it before any model is built).  A row
 output_tail is the end of the log from the evaluation's start (TAIL_LINES lines, TAIL_BYTES
 bytes at most).  Logs of workers whose evaluations all succeeded are removed; the others stay
 beside the results.
+
+Compaction.  Each evaluation's files are its own (store), and a query reads every file, about a
+millisecond each: a run that ends, not interrupted, with COMPACT_AT or more evaluations' own
+files in the results directory merges them (store.compact), so that a query over a big zoo
+reads a handful of files and one over a few evaluations still finds them one file each.
+Another run writing into the same directory meanwhile keeps its files (compact() removes only
+what it merged and saw unchanged).
 
 Ctrl-C.  Each evaluation is written by its worker as it finishes (atomically: store), so
 nothing finished is lost; the parent kills every worker's process group, waits for them,
@@ -90,10 +108,11 @@ import time
 from . import evaluate as _evaluate
 from . import store as _store
 
-__all__ = ["run", "Results", "plan", "START_TIMEOUT", "TAIL_LINES", "TAIL_BYTES", "LOGS",
-           "PLANS"]
+__all__ = ["run", "Results", "plan", "PRELOAD", "START_ENV", "COMPACT_AT", "START_TIMEOUT",
+           "TAIL_LINES", "TAIL_BYTES", "LOGS", "PLANS"]
 
 START_TIMEOUT = 300.0   # seconds a worker may take from its start to its first evaluation
+COMPACT_AT = 100        # a run that ends with this many evaluations' own files compacts them
 EXIT_GRACE = 30.0       # seconds a worker may take to exit after its last message
 TAIL_LINES = 40         # lines of a worker's output kept in a failed row
 TAIL_BYTES = 8192       # and bytes at most
@@ -208,6 +227,8 @@ def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=No
     if timeout is not None:
         zoo = zoo.override(timeout=timeout)
     results_dir = os.fspath(results_dir)
+    # the fork server imports torch and the rest while this process fingerprints the system
+    ctx = _start_context(zoo.entries) if engine == "local" else None
     from . import system as _system
     fingerprint = _system.fingerprint()
     tasks = plan(zoo, fingerprint)
@@ -223,14 +244,26 @@ def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=No
     bar = _Progress(len(todo), progress)
     try:
         if engine == "local":
-            rows = _Local(todo, results_dir, fingerprint, price, memory_limit, jobs or 1,
-                          bar).run()
+            rows = _Local(ctx, todo, results_dir, fingerprint, price, memory_limit,
+                          jobs or 1, bar).run()
         else:
             rows = _run_ray(todo, results_dir, fingerprint, price, address, jobs, bar)
     finally:
         bar.close()
     rows.sort(key=lambda ir: ir[0])
+    if _own_files(results_dir) >= COMPACT_AT:
+        _store.compact(results_dir)
     return Results(results_dir, [r for _, r in rows], skipped)
+
+
+def _own_files(results_dir):
+    """How many evaluations files of results_dir are an evaluation's own (not compacted)."""
+    try:
+        with os.scandir(os.path.join(results_dir, "evaluations")) as it:
+            return sum(1 for e in it if e.name.endswith(".parquet") and
+                       not e.name.startswith(_store.COMPACT_PREFIX))
+    except OSError:
+        return 0
 
 
 # -- output tails -------------------------------------------------------------------------------
@@ -307,20 +340,77 @@ def _flush():
             pass
 
 
-def _worker_main(conn, work, results_dir, system, price, memory_limit, log_path):
+# what every evaluation imports: the fork server's preload, a spawned worker's first imports
+PRELOAD = ("torch", "xsp", "xsp.analysis", "xsp.leveled", "xsp.flops", "xsp.memory",
+           "xsp.zoo.catalog", "xsp.zoo.evaluate", "xsp.zoo.store", "xsp.zoo.system",
+           "pyarrow.parquet")
+# the packages of the zoo's sources (and their costly common modules), preloaded when the zoo
+# has such a source and the package is installed
+SOURCE_PACKAGES = {"hf": ("transformers", "transformers.modeling_utils"), "timm": ("timm",),
+                   "torchvision": ("torchvision",)}
+START_ENV = "XSP_ZOO_START"     # "spawn": spawn every worker (no fork server)
+
+
+def _start_context(entries):
+    """The multiprocessing context workers start from: the fork server, its preload set
+    (when it is not running yet) to PRELOAD and the packages of the entries' sources that are
+    installed, and the server started now, so that its imports overlap this process's own;
+    "spawn" where there is no fork server, START_ENV says so or the server cannot start."""
+    import importlib.util
+    import multiprocessing
+    if os.environ.get(START_ENV, "forkserver") == "spawn" or \
+            "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    extra = []
+    for e in entries:
+        mods = SOURCE_PACKAGES.get(str(e.source).partition(":")[0], ())
+        if mods and mods[0] not in extra and importlib.util.find_spec(mods[0]) is not None:
+            extra.extend(mods)
+    ctx.set_forkserver_preload(list(PRELOAD) + extra)   # ignored once the server runs
+    from multiprocessing import forkserver
+    try:
+        forkserver.ensure_running()
+    except (OSError, EOFError) as exc:
+        sys.stderr.write("xsp zoo: the fork server failed to start (%s: %s); workers are "
+                         "spawned\n" % (type(exc).__name__, exc))
+        return multiprocessing.get_context("spawn")
+    return ctx
+
+
+def _adopt_environment(env):
+    """In a worker: env (the parent's os.environ at the run) as its environment; torch's
+    threads from OMP_NUM_THREADS where that differs from the one torch was imported with."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    if env is None or env == dict(os.environ):
+        return
+    os.environ.clear()
+    os.environ.update(env)
+    want = env.get("OMP_NUM_THREADS")
+    if want != before and want is not None and "torch" in sys.modules:
+        try:
+            n = int(want)
+        except ValueError:
+            return
+        if n >= 1:
+            sys.modules["torch"].set_num_threads(n)
+
+
+def _worker_main(conn, work, results_dir, system, price, memory_limit, log_path, env=None):
     """A worker of the local engine (see the module docstring): evaluates work, a list of
-    (entry, batch_size), in turn, and tells the parent over conn."""
+    (entry, batch_size), in turn, and tells the parent over conn; env: the parent's
+    environment."""
     _detach()
     _redirect(log_path)
+    import importlib
     import traceback
     try:
         if memory_limit is not None:
             import resource
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        import torch  # noqa: F401 -- the imports every evaluation needs, paid once
-
-        import xsp.analysis  # noqa: F401
-        import xsp.leveled  # noqa: F401
+        for name in PRELOAD:        # paid once here; nothing when the fork server did it
+            importlib.import_module(name)
+        _adopt_environment(env)
     except BaseException as exc:
         traceback.print_exc()
         _exit(conn, ("broken", "start: " + _evaluate._one_line(exc)))
@@ -397,7 +487,7 @@ class _Worker:
         self.proc = ctx.Process(
             target=_worker_main, name="xsp-zoo-worker",
             args=(w, [(t.entry, t.batch_size) for t in self.tasks], results_dir, system,
-                  price, memory_limit, self.log_path))
+                  price, memory_limit, self.log_path, dict(os.environ)))
         self.proc.start()
         w.close()
         self.conn = r
@@ -449,9 +539,8 @@ class _Worker:
 class _Local:
     """The local engine's parent loop (see the module docstring)."""
 
-    def __init__(self, tasks, results_dir, system, price, memory_limit, jobs, bar):
-        import multiprocessing
-        self.ctx = multiprocessing.get_context("spawn")
+    def __init__(self, ctx, tasks, results_dir, system, price, memory_limit, jobs, bar):
+        self.ctx = ctx
         self.results_dir = results_dir
         self.system = system
         self.price = price
@@ -498,8 +587,20 @@ class _Local:
         self.queue.clear()
 
     def _start(self, tasks):
-        self.workers.append(_Worker(self.ctx, tasks, self.results_dir, self.system,
-                                    self.price, self.memory_limit))
+        try:
+            w = _Worker(self.ctx, tasks, self.results_dir, self.system, self.price,
+                        self.memory_limit)
+        except (OSError, EOFError) as exc:
+            if self.ctx.get_start_method() != "forkserver":
+                raise
+            # the fork server could not start (its preload failed) or answer: spawn instead
+            import multiprocessing
+            sys.stderr.write("xsp zoo: the fork server failed (%s: %s); workers are spawned\n"
+                             % (type(exc).__name__, exc))
+            self.ctx = multiprocessing.get_context("spawn")
+            w = _Worker(self.ctx, tasks, self.results_dir, self.system, self.price,
+                        self.memory_limit)
+        self.workers.append(w)
 
     def _wait(self):
         from multiprocessing.connection import wait
@@ -610,7 +711,7 @@ class _Local:
             elif not w.ready:
                 status, reason = _exit_reason(code, "before it could start")
                 if not _tail(w.log_path):
-                    reason += (" (nothing in its log: it died in multiprocessing's spawn "
+                    reason += (" (nothing in its log: it died in multiprocessing's "
                                "bootstrap, whose output is this process's stderr; a script "
                                "that calls xsp.zoo.run needs `if __name__ == \"__main__\":`)")
             else:

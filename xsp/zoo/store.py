@@ -31,9 +31,10 @@ unit or a meaning does.
 
 The files are plain Parquet: DuckDB (`read_parquet('<results>/layers/*.parquet',
 union_by_name=true)`), pandas (`pd.read_parquet('<results>/layers')`), Polars or Spark read
-them without xsp.  open() gives an in-memory DuckDB connection with one view per table; each
-view is the union by name of a typed empty relation (every column below, with its type, even
-with no file) and the table's files, so queries may name any column whatever was measured.
+them without xsp.  open() gives an in-memory DuckDB connection with one view per table (over
+one directory, or the union of several: the results of several machines); each view is the
+union by name of a typed empty relation (every column below, with its type, even with no
+file) and the table's files, so queries may name any column whatever was measured.
 The file set is the glob's at query time: files written later are seen (unchecked), except by
 a table that had no file when the connection was opened.
 
@@ -58,7 +59,11 @@ evaluations: one row per evaluation attempt (a retried key has a row per attempt
   reason            why it is not ok (the exception, the timeout, the signal); NULL for ok
   output_tail       the last lines of the worker's output
   started_at        when the evaluation started (UTC)
-  wall_s            seconds the whole evaluation took (building, warm-up, every run)
+  wall_s            seconds the whole evaluation took in its worker (building, warm-up,
+                    every run, the analyses, writing its files)
+  measure_s         seconds of those in xsp.measure (warm-up and every run: the profiled
+                    work); wall_s - measure_s is what the pipeline adds inside the worker.
+                    NULL for an evaluation that did not finish
   warmup, repeat    unprofiled calls first; measured calls per run
   latency_<R>_mean_ns, _std_ns, _median_ns, _n   for R in M, ML, MLG where measured: the
                     iteration latency in run R, its trimmed mean and the standard deviation
@@ -165,7 +170,8 @@ SCHEMAS = {
         ("evaluation_id", S), ("key", S), ("model", S), ("family", S), ("source", S),
         ("task", S), ("batch_size", I), ("levels", S), ("options", S), ("system_id", S),
         ("hostname", S), ("torch_threads", I), ("status", S), ("reason", S),
-        ("output_tail", S), ("started_at", T), ("wall_s", F), ("warmup", I), ("repeat", I),
+        ("output_tail", S), ("started_at", T), ("wall_s", F), ("measure_s", F), ("warmup", I),
+        ("repeat", I),
     ] + _latency_columns() + [
         ("gpu_ns", F), ("throughput_per_s", F), ("flops", F), ("bytes", F),
         ("peak_cpu_bytes", I), ("peak_cuda_bytes", I), ("energy_j", F), ("energy_cpu_j", F),
@@ -514,23 +520,65 @@ def open(results_dir, snapshot=False):  # noqa: A001 -- xsp.zoo.open, as the iss
     views.  A view reads its files at every query (a millisecond or so of CPU per file: run
     compact() after a run), and with snapshot=True the tables are read into memory once
     instead (files written afterwards are not seen), for the many queries of a report.
-    Raises SchemaVersionError for a file of a newer schema, StoreError for a file the store
-    did not write."""
+
+    results_dir may also be a list or tuple of directories (the results of several machines,
+    copied side by side): each view is then the union of theirs, and an evaluation_id found
+    in several shows once, with its detail rows, from the first directory that has it (a
+    systems row likewise by system_id); a directory named twice counts once.  Raises
+    SchemaVersionError for a file of a newer schema, StoreError for a file the store did not
+    write or an empty list of directories."""
+    dirs = _dirs(results_dir)
     con = _connect()
     try:
-        srcs = {}
+        srcs = []
+        for d in dirs:
+            s = {}
+            for table in TABLES:
+                listing = _listing(d, table)
+                _check_files(con, d, table, listing)
+                s[table] = _source(d, table, listing, glob=True)
+            srcs.append(s)
         for table in TABLES:
-            listing = _listing(results_dir, table)
-            _check_files(con, results_dir, table, listing)
-            srcs[table] = _source(results_dir, table, listing, glob=True)
-        for table in TABLES:
-            con.execute('CREATE %s "%s" AS %s' % ("TABLE" if snapshot else "VIEW", table,
-                                                  _relation(table, srcs[table],
-                                                            srcs["evaluations"])))
+            rel = (_relation(table, srcs[0][table], srcs[0]["evaluations"]) if len(srcs) == 1
+                   else _union_relation(table, srcs))
+            con.execute('CREATE %s "%s" AS %s' % ("TABLE" if snapshot else "VIEW", table, rel))
     except BaseException:
         con.close()
         raise
     return con
+
+
+def _dirs(results_dir):
+    """The directories of open()'s results_dir: [it], or the list's, each once (by real
+    path), in order."""
+    if not isinstance(results_dir, (list, tuple)):
+        return [results_dir]
+    if not results_dir:
+        raise StoreError("no results directory given: name at least one")
+    out, seen = [], set()
+    for d in results_dir:
+        real = os.path.realpath(os.fspath(d))
+        if real not in seen:
+            seen.add(real)
+            out.append(d)
+    return out
+
+
+def _union_relation(table, srcs):
+    """The SQL of a table over several directories (srcs: each one's {table: _source}): the
+    union by name of each one's _relation tagged with its index, an evaluation's rows (a
+    system's row) from the first directory that has its evaluations row (its row)."""
+    def tagged(t):
+        return " UNION ALL BY NAME ".join(
+            "SELECT *, %d AS _xsp_dir FROM (%s)" % (i, _relation(t, s[t], s["evaluations"]))
+            for i, s in enumerate(srcs))
+    if table in ("systems", "evaluations"):
+        key = "system_id" if table == "systems" else "evaluation_id"
+        return ("SELECT * EXCLUDE (_xsp_dir) FROM (%s) QUALIFY _xsp_dir = min(_xsp_dir) OVER "
+                "(PARTITION BY %s)" % (tagged(table), key))
+    return ("SELECT d.* EXCLUDE (_xsp_dir) FROM (%s) d SEMI JOIN (SELECT evaluation_id, "
+            "min(_xsp_dir) AS _xsp_dir FROM (%s) GROUP BY evaluation_id) w USING "
+            "(evaluation_id, _xsp_dir)" % (tagged(table), tagged("evaluations")))
 
 
 def compact(results_dir):
