@@ -175,3 +175,18 @@ def test_bench_options_prints_every_option(capsys):
     assert [line.split()[0] for line in out if "torch.profiler/xsp:" in line] == opts
     with pytest.raises(SystemExit):
         bench_options.main(["--options", "bogus"])
+
+
+def test_bench_zoo_query_prints_every_query(capsys, monkeypatch):
+    """bench_zoo's query half on 6 evaluations: every query, the same rows before and after
+    compaction (it asserts that itself), and the compaction's line."""
+    import bench_zoo
+    monkeypatch.setattr(sys, "argv", ["bench_zoo.py", "--no-pipeline", "--evaluations", "6",
+                                      "--rounds", "2"])
+    bench_zoo.main()
+    out = capsys.readouterr().out
+    assert "query: 6 evaluations written in" in out
+    for name, rows in (("throughput", 6), ("layer types", 10), ("top ops", 20)):
+        assert re.search(r"\n  %s +%d rows: one file per evaluation .* compacted " % (name, rows),
+                         out), out
+    assert "compact() of the 6 evaluations:" in out

@@ -227,8 +227,6 @@ def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=No
     if timeout is not None:
         zoo = zoo.override(timeout=timeout)
     results_dir = os.fspath(results_dir)
-    # the fork server imports torch and the rest while this process fingerprints the system
-    ctx = _start_context(zoo.entries) if engine == "local" else None
     from . import system as _system
     fingerprint = _system.fingerprint()
     tasks = plan(zoo, fingerprint)
@@ -237,6 +235,9 @@ def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=No
     skipped = len(tasks) - len(todo)
     if not todo:
         return Results(results_dir, [], skipped)
+    # started only when there is work: the server holds this process's stdout and stderr
+    # until its imports are done, and a finished zoo needs none of them
+    ctx = _start_context([t.entry for t in todo]) if engine == "local" else None
     os.makedirs(results_dir, exist_ok=True)
     _store.write_system(results_dir, fingerprint)   # also for a run whose every row fails
     _write_plan(results_dir, tasks)
@@ -354,8 +355,8 @@ START_ENV = "XSP_ZOO_START"     # "spawn": spawn every worker (no fork server)
 def _start_context(entries):
     """The multiprocessing context workers start from: the fork server, its preload set
     (when it is not running yet) to PRELOAD and the packages of the entries' sources that are
-    installed, and the server started now, so that its imports overlap this process's own;
-    "spawn" where there is no fork server, START_ENV says so or the server cannot start."""
+    installed, and the server started now, so that its imports overlap this process's own
+    work until the first worker is asked for; "spawn" where there is no fork server, START_ENV says so or the server cannot start."""
     import importlib.util
     import multiprocessing
     if os.environ.get(START_ENV, "forkserver") == "spawn" or \
