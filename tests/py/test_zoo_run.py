@@ -287,14 +287,13 @@ def test_failures_are_rows(failures):
 
 
 def test_workers_take_the_run_environment_and_big_runs_compact(small, zoo_dir, monkeypatch):
-    """A worker forked from the fork server (started by an earlier run of this process, with
-    the environment of then) sees the environment of its own run, and torch's threads follow
+    """xsp.zoo.run takes a manifest's path and the command line's overrides.  A worker forked
+    from the fork server (started by an earlier run of this process, with the environment of
+    then) sees the environment of its own run, and torch's threads follow
     OMP_NUM_THREADS; a run that ends with COMPACT_AT evaluations' own files compacts them:
     one file per table, the same rows."""
     probe = str(zoo_dir / "probe.txt")
     manifest = _manifest(zoo_dir / "probe.toml", """\
-        batch_sizes = [1, 2]
-        levels = "ML"
         [[models]]
         name = "envprobe"
         source = "python:models.py:envprobe"
@@ -304,7 +303,9 @@ def test_workers_take_the_run_environment_and_big_runs_compact(small, zoo_dir, m
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(runner, "COMPACT_AT", 2)
     out = str(zoo_dir / "probe")
-    res = runner.run(catalog.load(manifest), out, progress=False)
+    # the zoo as its manifest's path, the batch sizes and levels as --batch-sizes, --levels
+    res = runner.run(manifest, out, batch_sizes=[1, 2], levels="ML", progress=False)
+    assert [(r["batch_size"], r["levels"]) for r in res.rows] == [(1, "ML"), (2, "ML")]
     assert (res.done, res.failed) == (2, 0)
     with open(probe) as f:
         assert f.read() == "seen 1"

@@ -196,10 +196,13 @@ def _write_plan(results_dir, tasks):
         atomic_write(path, lambda f: f.write(text))
 
 
-def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=None,
-        memory_limit=None, resume=True, progress=None):
-    """Runs every evaluation of zoo (a catalog.Zoo) that results_dir does not have yet and
-    returns Results (see the module docstring).
+def run(zoo, results_dir, *, batch_sizes=None, levels=None, engine="local", address=None,
+        jobs=None, timeout=None, memory_limit=None, resume=True, progress=None):
+    """Runs every evaluation of zoo that results_dir does not have yet and returns Results
+    (see the module docstring).  zoo: a catalog.Zoo, or what catalog.load takes ("builtin",
+    "builtin-small", a .toml manifest, a --models string); batch_sizes, levels: every
+    model's, as `xsp zoo run --batch-sizes --levels` (catalog.Zoo.override).  A zoo that
+    does not load raises catalog.ZooError before anything runs.
 
     engine: "local" (worker processes) or "ray"; address: the Ray cluster to join (None
     starts a local one).  jobs: evaluations at once (local: workers, default 1; Ray: the
@@ -224,8 +227,11 @@ def run(zoo, results_dir, *, engine="local", address=None, jobs=None, timeout=No
                          "workers); under Ray, use Ray's memory monitor")
     if engine == "ray":
         _import_ray()               # missing: a ZooError before anything runs
-    if timeout is not None:
-        zoo = zoo.override(timeout=timeout)
+    from . import catalog
+    if not isinstance(zoo, catalog.Zoo):
+        zoo = catalog.load(zoo)
+    if timeout is not None or batch_sizes is not None or levels is not None:
+        zoo = zoo.override(timeout=timeout, batch_sizes=batch_sizes, levels=levels)
     results_dir = os.fspath(results_dir)
     from . import system as _system
     fingerprint = _system.fingerprint()
