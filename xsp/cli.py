@@ -240,8 +240,8 @@ def _run(ns):
         except xsp.ProfilerError as exc:        # G unavailable, a session already active
             raise _Fail(str(exc).replace("pass gpu_fallback=True", "pass --gpu-fallback")
                         .replace("levels='ML'", "--levels ML")) from None
-        os._exit = _exit_hook(real_exit, lambda: _finish(ns, prof.stop(), 0, cycles, prof, out,
-                                                        paths, models), ns.quiet)
+        _set_exit(_exit_hook(real_exit, lambda: _finish(ns, prof.stop(), 0, cycles, prof, out,
+                                                       paths, models), ns.quiet))
         try:
             # `with`: its __enter__ and __exit__ are single C calls, so a Ctrl-C cannot land
             # between starting the profile and the block that stops it
@@ -259,14 +259,23 @@ def _run(ns):
             _print_script_error(exc)
             status = 1
     finally:
-        os._exit = real_exit
+        _set_exit(real_exit)
         sys.argv = saved_argv
         sys.path[:] = saved_path
     return _finish(ns, prof.trace, status, cycles, prof, out, paths, models)
 
 
+def _set_exit(fn):
+    """fn as os._exit and as posix._exit (the same function under its module's name, which
+    `import posix; posix._exit(n)` reaches): the hook and the real one, both or neither."""
+    os._exit = fn
+    posix = sys.modules.get("posix")
+    if posix is not None:
+        posix._exit = fn
+
+
 def _exit_hook(real_exit, finish, quiet):
-    """os._exit while xsp run runs the script: finish() (stop the profile, write its files and
+    """os._exit (or posix._exit) while xsp run runs the script: finish() (stop the profile, write its files and
     the report, as at the script's end), then the real os._exit.
 
     Why stop and write there rather than only warn: a script that ends with os._exit (to skip
@@ -284,7 +293,7 @@ def _exit_hook(real_exit, finish, quiet):
     def _exit(n):
         if os.getpid() != pid or not isinstance(n, int):
             return real_exit(n)                 # a forked child; or real_exit's TypeError
-        os._exit = real_exit                    # once: a second call (from finish) is real
+        _set_exit(real_exit)                    # once: a second call (from finish) is real
         what = "xsp run: the script called os._exit(%d)" % n
         if threading.get_ident() != thread:
             msg = what + (" on a thread of its own: no trace was written (a profile stops "
@@ -598,6 +607,12 @@ def main(argv=None):
         return zoo_cli.main(argv[1:])
     ns = _parser().parse_args(argv)
     try:
+        if ns.cmd != "run" and "XSP_KINETO_MAX_BYTES" in os.environ:
+            from . import kineto
+            try:                        # the reading commands' cap: a bad one said at once
+                kineto.max_bytes_default()
+            except ValueError as exc:
+                raise _Fail(str(exc)) from None
         return {"run": _run, "summary": _summary, "export": _export, "report": _report,
                 "compare": _compare, "merge": _merge}[ns.cmd](ns)
     except _Fail as exc:

@@ -21,11 +21,13 @@ aligned, and the merge says so.
 Every rank must enter and leave the profile (SPMD, as the training loop itself does): the
 exchange is collective.  Pass clock_sync=False to xsp.profile when only some ranks profile.
 """
+import itertools
 import os
 import random
 
 ROUNDS = 8
 _GLOO = {}          # the gloo group made for the exchange, per default group
+_MISSING_NAMED = 10  # missing ranks a MergeError names (it counts them all)
 
 
 def _dist():
@@ -211,15 +213,21 @@ def merge(sources, *, allow_missing=False, names=None):
             "job %s: %s" % (j, ", ".join(ns)) for j, ns in jobs.items()),
             [n for ns in jobs.values() for n in ns])
     if isinstance(world, int):
-        missing = sorted(set(range(world)) - set(by_rank))
         extra = sorted(r for r in by_rank if not 0 <= r < world)
         if extra:
             raise MergeError("rank %s outside world size %d: %s" % (
                 ", ".join(map(str, extra)), world, ", ".join(by_rank[r][0] for r in extra)),
                 [by_rank[r][0] for r in extra])
-        if missing and not allow_missing:
+        # the ranks present are few, a world size from a file any number: the missing ones
+        # are counted and the first of them named, never listed whole
+        n_missing = world - len(by_rank)
+        if n_missing and not allow_missing:
+            first = list(itertools.islice((r for r in range(world) if r not in by_rank),
+                                          _MISSING_NAMED))
+            named = ", ".join(map(str, first)) + (
+                ", ... (%d in all)" % n_missing if n_missing > len(first) else "")
             raise MergeError("ranks %s of %d are missing (have %s: %s)" % (
-                ", ".join(map(str, missing)), world, ", ".join(map(str, sorted(by_rank))),
+                named, world, ", ".join(map(str, sorted(by_rank))),
                 ", ".join(by_rank[r][0] for r in sorted(by_rank))),
                 [by_rank[r][0] for r in sorted(by_rank)])
     ranks = sorted(by_rank)

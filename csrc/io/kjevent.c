@@ -93,6 +93,20 @@ static int check_int_arg(xsp_kjson *r, int plain, int json, const char *what, in
 {
     xsp_attr *a = ev_attr(r, xsp_kj_id(r, plain));
     const char *bad = NULL;
+    if (a && a->type == XSP_ATTR_STR) {
+        /* a string, or an integer past int64 kept as its text: digits that would not fit */
+        size_t n = 0;
+        const char *s = xsp_strtab_get(&r->t->strings, a->v.s, &n);
+        size_t neg = n && s[0] == '-', d = neg;
+        while (d < n && s[d] >= '0' && s[d] <= '9')
+            d++;
+        size_t digits = n - neg;
+        if (d == n && digits > 0 && s[neg] != '0'
+            && (digits > 19 || (digits == 19 && strncmp(s + neg, neg ? "9223372036854775808"
+                                                         : "9223372036854775807", 19) > 0)))
+            return xsp_kj_fail(r, i, -1, "args.%s %.20s... (%zu digits) is out of int64's "
+                               "range", what, s, digits);
+    }
     if (a && a->type != XSP_ATTR_INT)
         bad = a->type == XSP_ATTR_FLOAT ? "float" : "str";
     a = ev_attr(r, xsp_kj_id(r, json));

@@ -537,19 +537,30 @@ int xsp_kjson_feed(xsp_kjson *r, const void *buf, size_t len)
      * separates two numbers): a file padded with gigabytes of blanks costs this scan, not
      * yajl's lexer.  The scan follows strings (quotes and backslash escapes) across chunks,
      * so blanks inside a string are never touched; offsets still count every byte. */
+    /* The same scan measures each token (a string from its opening quote to its closing
+     * one, a number, a literal): one longer than XSP_KJSON_MAX_TOKEN is refused before yajl
+     * lexes it again at every piece (see kjson.h). */
     const unsigned char *p = buf, *end = p + len, *seg = p;
+    uint64_t token = r->scan_token;
     while (p < end) {
         unsigned char c = *p;
         if (r->scan_escape) {
             r->scan_escape = 0;
+            token++;
         } else if (r->scan_in_string) {
             if (c == '\\')
                 r->scan_escape = 1;
             else if (c == '"')
                 r->scan_in_string = 0;
+            token++;
         } else if (c == '"') {
             r->scan_in_string = 1;
-        } else if ((c == ' ' || c == '\n' || c == '\r' || c == '\t') && end - p > 1
+            token = 1;
+        } else if (c == ',' || c == ':' || c == '{' || c == '}' || c == '[' || c == ']') {
+            token = 0;
+        } else if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+            token++;                            /* a number's or a literal's */
+        } else if (token = 0, end - p > 1
                    && (p[1] == ' ' || p[1] == '\n' || p[1] == '\r' || p[1] == '\t')) {
             const unsigned char *q = p + 1;
             while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
@@ -564,8 +575,13 @@ int xsp_kjson_feed(xsp_kjson *r, const void *buf, size_t len)
             p = q;
             continue;
         }
+        if (token > XSP_KJSON_MAX_TOKEN)
+            return xsp_kj_fail(r, -1, (int64_t)(r->fed + (uint64_t)(p - seg)) - (int64_t)token + 1,
+                               "a %s of more than %llu bytes: refused (the reader's limit for "
+                               "one token)", r->scan_in_string || c == '"' ? "string" : "number", (unsigned long long)XSP_KJSON_MAX_TOKEN);
         p++;
     }
+    r->scan_token = token;
     if (seg < end) {
         int rc = status(r, yajl_parse(r->h, seg, (size_t)(end - seg)), seg, (size_t)(end - seg));
         r->fed += (uint64_t)(end - seg);

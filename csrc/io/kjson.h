@@ -28,6 +28,10 @@ typedef struct xsp_kjson xsp_kjson;
 
 /* The most containers open at once (deeper text is refused with its offset). */
 #define XSP_KJSON_MAX_DEPTH 1000
+/* The longest token (a string with its quotes, a number, a literal) the reader takes: yajl
+ * lexes a token that spans several pieces of text again from its start at every piece, so a
+ * token's cost grows with its length squared; longer ones are refused at their first byte. */
+#define XSP_KJSON_MAX_TOKEN ((uint64_t)16 << 20)
 /* The most attributes an event may give its span (its args plus what xsp derives). */
 #define XSP_KJSON_MAX_ATTRS 250
 

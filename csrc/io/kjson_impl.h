@@ -113,6 +113,7 @@ struct xsp_kjson {
     uint64_t        fed;        /* bytes fed before the segment yajl is parsing */
     int             scan_in_string;  /* the blank-run scan of feed: inside a string ... */
     int             scan_escape;     /* ... and just after its backslash */
+    uint64_t        scan_token;      /* bytes of the token the scan is in (0: between tokens) */
     xsp_kjson_error err;        /* the error, once there is one */
     /* counts */
     uint64_t        n_events;   /* elements of traceEvents */

@@ -340,6 +340,68 @@ static void test_hostile(void)
     free(buf);
 }
 
+/* A trace whose one arg value is a token of n bytes (kind 's': a string with its quotes,
+ * 'n': a number), fed in pieces of step bytes; returns the trace or NULL with *e set, and
+ * the token's offset in *at. */
+static xsp_trace *one_token(char kind, size_t n, size_t step, xsp_kjson_error *e, int64_t *at)
+{
+    static const char head[] = "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", "
+                               "\"name\": \"a\", \"ts\": 1, \"dur\": 1, \"pid\": 1, \"tid\": 1, "
+                               "\"args\": {\"x\": ";
+    size_t h = sizeof head - 1;
+    char *text = malloc(h + n + 8);
+    if (!text)
+        return NULL;
+    memcpy(text, head, h);
+    for (size_t i = 0; i < n; i++)
+        text[h + i] = kind == 's' ? (i == 0 || i == n - 1 ? '"' : 'a' + (char)(i % 26))
+                                  : (char)('1' + i % 9);
+    strcpy(text + h + n, "}}]}");
+    *at = (int64_t)h;
+    xsp_trace *t = read_text(text, h + n + 4, step, e);
+    free(text);
+    return t;
+}
+
+/* One token longer than XSP_KJSON_MAX_TOKEN is refused at its first byte, a string or a
+ * number, whole or fed in pieces (yajl would lex it again at every piece); one of exactly
+ * that length is read (and cut to XSP_STRTAB_MAX_LEN, as every string is). */
+static void test_token_cap(void)
+{
+    size_t cap = (size_t)XSP_KJSON_MAX_TOKEN;
+    const char kinds[] = {'s', 'n'};
+    const size_t steps[] = {0, 1 << 20, 65521};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++) {
+            xsp_kjson_error e;
+            int64_t at;
+            xsp_trace *t = one_token(kinds[k], cap + 1, steps[j], &e, &at);
+            CHECK(t == NULL);
+            CHECK(strstr(e.msg, kinds[k] == 's' ? "a string of more than 16777216 bytes: refused"
+                                                : "a number of more than 16777216 bytes: refused"));
+            CHECK(e.offset == at && e.event == -1);
+            if (t || e.offset != at)
+                fprintf(stderr, "token %c step %zu: '%s' offset %lld (want %lld)\n", kinds[k],
+                        steps[j], e.msg, (long long)e.offset, (long long)at);
+            xsp_trace_free(t);
+        }
+    for (int k = 0; k < 2; k++) {
+        xsp_kjson_error e;
+        int64_t at;
+        xsp_trace *t = one_token(kinds[k], cap, 1 << 20, &e, &at);
+        CHECK(t != NULL && t->n_spans == 2);
+        if (!t)
+            fprintf(stderr, "token %c of the cap: '%s' offset %lld\n", kinds[k], e.msg,
+                    (long long)e.offset);
+        if (t && t->n_spans == 2) {
+            const xsp_attr *x = attr(t, 1, "k.x");
+            /* kept, cut to the format's longest string */
+            CHECK(x && x->type == XSP_ATTR_STR && strlen(str(t, x->v.s)) == XSP_STRTAB_MAX_LEN);
+        }
+        xsp_trace_free(t);
+    }
+}
+
 int main(void)
 {
     test_small_trace();
@@ -347,5 +409,6 @@ int main(void)
     test_numbers();
     test_memory();
     test_hostile();
+    test_token_cap();
     return CHECK_DONE();
 }

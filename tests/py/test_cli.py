@@ -170,6 +170,9 @@ EXIT_SCRIPT = textwrap.dedent("""
     if sys.argv[1] == "thread":
         threading.Thread(target=os._exit, args=(4,)).start()
         threading.Event().wait()
+    if sys.argv[1] == "posix":                  # the same function under its module's name
+        import posix
+        posix._exit(6)
     try:
         print("leaving", flush=True)
         os._exit(3)
@@ -207,7 +210,13 @@ def test_run_of_a_script_that_ends_with_os_exit(tmp_path):
     r = xsp_cmd("run", "-q", "-o", "f.xsp", "ex.py", "fork", cwd=tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (3, "child 7\nleaving\n", "")
     assert len(xsp.load(str(tmp_path / "f.xsp")).spans(name="before exit")) == 1
-    assert sorted(os.listdir(tmp_path)) == ["ex.py", "f.xsp", "q.xsp"]
+    # posix._exit is os._exit under another name: the same
+    r = xsp_cmd("run", "-o", "p.xsp", "ex.py", "posix", cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (6, ""), r.stderr
+    assert r.stderr.splitlines()[-1] == ("xsp run: the script called os._exit(6): the trace "
+                                         "was written before exiting")
+    assert len(xsp.load(str(tmp_path / "p.xsp")).spans(name="before exit")) == 1
+    assert sorted(os.listdir(tmp_path)) == ["ex.py", "f.xsp", "p.xsp", "q.xsp"]
 
 
 @pytest.mark.parametrize("argv,status,message", [

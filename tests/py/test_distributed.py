@@ -188,6 +188,11 @@ def test_same_host_without_samples_and_several_hosts_without_them():
     (lambda: [rank_trace(0, world=3), rank_trace(2, world=3)],
      "ranks 1 of 3 are missing (have 0, 2: trace 0, trace 1)"),
     (lambda: [rank_trace(0), rank_trace(5)], "rank 5 outside world size 2: trace 1"),
+    # a world size from a file, of any size: the missing ranks counted, the first ten named
+    # (listing them all took memory without bound)
+    (lambda: [rank_trace(0, world=10**15), rank_trace(3, world=10**15)],
+     "ranks 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, ... (999999999999998 in all) of "
+     "1000000000000000 are missing (have 0, 3: trace 0, trace 1)"),
 ])
 def test_merge_errors(make, words):
     with pytest.raises(D.MergeError) as e:

@@ -102,6 +102,10 @@ def test_an_arg_of_1e999_is_infinity_and_every_exporter_takes_it(tmp_path):
      "args.correlation must be an integer, not dict"),
     (dict(EVENT, cat="kernel", args={"device": [0]}), "args.device must be an integer, not list"),
     (dict(EVENT, cat="gpu_memcpy", args={"stream": "7"}), "args.stream must be an integer, not str"),
+    (dict(EVENT, cat="kernel", args={"correlation": int("123456789" * 400)}),
+     "args.correlation 12345678912345678912... (3600 digits) is out of int64's range"),
+    (dict(EVENT, cat="kernel", args={"device": -(2 ** 63) - 1}),
+     "args.device -9223372036854775809... (19 digits) is out of int64's range"),
     ({"ph": "M", "name": "thread_name", "pid": [1], "tid": 1, "args": {"name": "t"}},
      "pid must be an integer or a string, not list"),
     ({"ph": "s", "cat": "fwdbwd", "id": {"x": 1}, "pid": 1, "tid": 1, "ts": 1},
@@ -119,6 +123,14 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
                        text=True)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "event 1: tid must be an integer or a string, not list" in r.stderr
+    # a bad cap in the environment: one line, for every command that reads
+    for cmd in (["summary", p], ["export", p, "-o", str(tmp_path / "x.json")],
+                ["report", p, "-o", str(tmp_path / "x.html")], ["compare", p, p]):
+        r = subprocess.run([sys.executable, "-m", "xsp", *cmd], capture_output=True, text=True,
+                           env=dict(os.environ, XSP_KINETO_MAX_BYTES="abc"))
+        assert (r.returncode, r.stdout, r.stderr) == (
+            1, "", "xsp: error: XSP_KINETO_MAX_BYTES must be a positive number of bytes, not "
+                   "'abc'\n"), cmd
 
 
 @pytest.mark.parametrize("text, words, offset", [
@@ -174,6 +186,38 @@ def test_a_gzip_bomb_stops_at_the_cap_with_its_offset(tmp_path):
     r = subprocess.run([sys.executable, "-m", "xsp", "summary", str(p)], capture_output=True,
                        text=True, env=env)
     assert r.returncode != 0 and "more than 1048576 bytes of JSON text" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["number", "string"])
+def test_one_token_past_the_cap_is_refused_at_its_first_byte(tmp_path, kind):
+    """A 400 KB gzip holding one number of 400 million digits (or a string of as many bytes)
+    ran for minutes: yajl lexes a token that spans pieces of text again at each one.  One
+    token of more than XSP_KJSON_MAX_TOKEN (16 MiB) is refused where it begins, read in bounded
+    memory (checked in a child), long before its end."""
+    head = b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "dur": 1, "ts": '
+    p = tmp_path / ("token.json.gz")
+    with gzip.open(p, "wb", compresslevel=1) as g:
+        g.write(head + (b'"' if kind == "string" else b""))
+        chunk = (b"7" if kind == "number" else b"x") * (1 << 20)
+        for _ in range(200):                        # 200 MB of one token
+            g.write(chunk)
+        g.write((b'"' if kind == "string" else b"") + b"}]}")
+    code = textwrap.dedent('''
+        import sys, xsp
+        try:
+            xsp.load_kineto(sys.argv[1])
+        except xsp.TraceFormatError as e:
+            print(e.offset, e)
+        with open("/proc/self/status") as f:
+            print(next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")))
+        ''')
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    first, peak_kb = r.stdout.splitlines()
+    assert first == "%d %s: byte %d: a %s of more than 16777216 bytes: refused (the reader's " \
+                    "limit for one token)" % (len(head), p, len(head), kind)
+    assert int(peak_kb) < 400 << 10                 # the token is never held whole
 
 
 def test_gzip_members_padding_truncation_and_garbage(tmp_path):

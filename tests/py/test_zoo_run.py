@@ -2,7 +2,7 @@
 results store, a real local Ray cluster; no mocks.
 
 Nothing here depends on the machine's speed: no latency is asserted, and nothing waits on
-wall time but the timeout mechanism under test (a model that sleeps an hour against a 2 s
+wall time but the timeout mechanism under test (a model that sleeps an hour against a 5 s
 timeout, every other evaluation with the default 600 s) and hang guards of minutes around
 processes that end by themselves.  The small zoo's results are made once per module and read
 by the tests that only look at them (resume, the CLI's status and query, the Ray comparison).
@@ -222,7 +222,7 @@ def _failures_manifest(d):
         [[models]]
         name = "sleeper"
         source = "python:models.py:sleeper"
-        timeout = 2
+        timeout = 5
         [[models]]
         name = "killer"
         source = "python:models.py:killer"
@@ -262,10 +262,10 @@ def test_failures_are_rows(failures):
         assert "boom is about to raise" in r["output_tail"]
         assert 'raise ValueError("boom at build")' in r["output_tail"]
     r = got[("sleeper", 1)]
-    assert r["reason"] == ("the evaluation did not finish in 2.0 s (its timeout); the worker "
+    assert r["reason"] == ("the evaluation did not finish in 5.0 s (its timeout); the worker "
                            "was killed")
     assert "sleeper goes to sleep" in r["output_tail"]
-    assert r["wall_s"] >= 2.0
+    assert r["wall_s"] >= 5.0
     r = got[("killer", 1)]
     assert r["reason"] == "the worker was killed by SIGKILL (9) during the evaluation"
     assert "killer kills itself" in r["output_tail"]
@@ -318,6 +318,30 @@ def test_workers_take_the_run_environment_and_big_runs_compact(small, zoo_dir, m
         (r["evaluation_id"], "ok") for r in res.rows)
     # measure_s: the profiled work's share of the evaluation's wall time, both measured
     assert all(0 < m <= w for m, w in zip(df["measure_s"], df["wall_s"]))
+
+
+def test_worker_logs_are_never_written_or_read_through_a_planted_link(tmp_path):
+    """A worker's log has a predictable name (<results>/logs/<evaluation id>.log) in a
+    directory others may write: a link planted there is replaced by a new file of the
+    worker's own (O_EXCL|O_NOFOLLOW), never written through, and a row's output tail never
+    reads through one."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "model-b1-ML-0123456789ab.log"
+    log.symlink_to(victim)
+    code = ("import sys; from xsp.zoo import runner; runner._redirect(sys.argv[1]); "
+            "print('the worker speaks')")
+    r = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True,
+                       timeout=HANG_GUARD_S)
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "precious\n"
+    assert not log.is_symlink() and log.read_text() == "the worker speaks\n"
+    assert runner._tail(str(log)) == "the worker speaks"
+    log.unlink()
+    log.symlink_to(victim)
+    assert runner._tail(str(log)) is None
 
 
 # -- Ctrl-C and resume, through the command line ---------------------------------------------
@@ -504,7 +528,7 @@ failed:
   boom     batch 2  failed   build: ValueError: boom at build
   hog      batch 1  failed   build: OSError: [Errno 12] Cannot allocate memory
   killer   batch 1  killed   the worker was killed by SIGKILL (9) during the evaluation
-  sleeper  batch 1  timeout  the evaluation did not finish in 2.0 s (its timeout); \
+  sleeper  batch 1  timeout  the evaluation did not finish in 5.0 s (its timeout); \
 the worker was killed
 """)
     sql = "SELECT model, batch_size, status FROM evaluations ORDER BY model, batch_size"

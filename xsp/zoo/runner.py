@@ -278,8 +278,8 @@ def _own_files(results_dir):
 def _tail(path, offset=0):
     """The end of a log from offset: TAIL_LINES lines, TAIL_BYTES bytes at most; None when
     empty or unreadable."""
-    try:
-        with open(path, "rb") as f:
+    try:                                # never through a link planted at the log's name
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             f.seek(max(offset, size - TAIL_BYTES))
             data = f.read()
@@ -329,9 +329,29 @@ def _detach():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _open_log(log_path):
+    """A new, empty log_path for writing (appending), made by this process: whatever was at
+    that name (a former attempt's log, or a link planted there by someone who can write the
+    results directory: the name is predictable) is removed, never followed, and the file is
+    created O_EXCL|O_NOFOLLOW; raises OSError when it cannot be (after 10 tries)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+    for _ in range(10):
+        try:
+            os.unlink(log_path)
+        except FileNotFoundError:
+            pass
+        try:
+            return os.open(log_path, flags, 0o644)
+        except FileExistsError:
+            continue                    # made again between the two calls: once more
+    raise OSError("could not create the log %s: something makes it again and again"
+                  % log_path)
+
+
 def _redirect(log_path):
-    """fds 1 and 2 into log_path (appended), sys.stdout/stderr over them, line-buffered."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    """fds 1 and 2 into a new log_path (_open_log), sys.stdout/stderr over them,
+    line-buffered."""
+    fd = _open_log(log_path)
     for n in (1, 2):
         os.dup2(fd, n)
     os.close(fd)
