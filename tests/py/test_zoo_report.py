@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import importlib.util
 import io
+import json
 import os
 import re
 import subprocess
@@ -556,7 +557,8 @@ def test_html_report_structure_and_escaping(zoo, tmp_path):
     assert "no more rows not shown" not in doc and "more rows not shown" not in doc
     # without peaks: no roofs, said
     plain = report.html(zoo)
-    assert "No roofs: pass peaks to xsp.zoo.report.html." in plain and \
+    assert ("No roofs: give the peaks of the machine (xsp zoo report --peaks, or peaks= of "
+            "xsp.zoo.report.html).") in plain and \
         "no roofs: the peaks are unknown" in plain
 
 
@@ -677,8 +679,6 @@ def test_report_of_a_real_zoo_run_through_the_cli(tmp_path):
     (tmp_path / "zoo.toml").write_text(textwrap.dedent("""\
         batch_sizes = [1, 2]
         levels = "ML"
-        record_shapes = true
-        profile_memory = true
         [[models]]
         name = "mlp"
         family = "mlp"
@@ -689,8 +689,10 @@ def test_report_of_a_real_zoo_run_through_the_cli(tmp_path):
         source = "python:models.py:convnet"
         """))
     out = str(tmp_path / "results")
+    # the profile options from the command line, for every model of the manifest
     r = subprocess.run([sys.executable, "-m", "xsp.zoo.cli", "run", str(tmp_path / "zoo.toml"),
-                        "--no-progress", "-o", out], capture_output=True, text=True,
+                        "--record-shapes", "--profile-memory", "--no-progress", "-o", out],
+                       capture_output=True, text=True,
                        timeout=300, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     rc, text, err = _cli("report", out)
@@ -722,6 +724,19 @@ def test_report_of_a_real_zoo_run_through_the_cli(tmp_path):
     if BC.find_chromium() is not None:
         res = BC.check(html_path, window_size=(1280, 3000))
         assert res.ok, res.report()
+    # --peaks: a JSON file of one machine's peaks draws the roofs for every system
+    (tmp_path / "peaks.json").write_text(json.dumps(PEAKS_A))
+    roofed = str(tmp_path / "roofs.html")
+    assert _cli("report", out, "-o", roofed, "--peaks", str(tmp_path / "peaks.json")) == (
+        0, "report: %s\n" % roofed, "")
+    with open(roofed, encoding="utf-8") as f:
+        doc = f.read()
+    assert '<polyline class="xsp-roof"' in doc and "No roofs" not in doc
+    rc, _, err = _cli("report", out, "--peaks", str(tmp_path / "peaks.json"))
+    assert (rc, err) == (2, "xsp zoo report: error: --peaks draws the HTML report's roofs: "
+                            "give -o FILE too\n")
+    rc, _, err = _cli("report", out, "-o", roofed, "--peaks", "{\"device\": 1}")
+    assert rc == 2 and err.startswith("xsp zoo report: error: --peaks: "), err
     rc, _, err = _cli("report", str(tmp_path / "nothing"))
     assert (rc, err) == (2, "xsp zoo report: error: %s: no such results directory (`xsp zoo "
                             "run SPEC -o %s` writes one)\n" % ((str(tmp_path / "nothing"),) * 2))

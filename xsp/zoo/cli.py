@@ -1,6 +1,7 @@
 """`xsp zoo ...`: the evaluation pipeline's commands (issue 26).
 
     xsp zoo run [SPEC] [--models SOURCES] [--batch-sizes 1,8] [--levels ML] [--timeout S]
+                [--record-shapes] [--profile-memory] [--with-stack]
                 [--memory-limit BYTES] [--engine local|ray] [--address ADDR] [-j N]
                 [--no-resume] [--no-progress] -o DIR
     xsp zoo list [SPEC]                     the models of a zoo, one a line
@@ -96,6 +97,11 @@ def _parser():
     r.add_argument("--batch-sizes", type=_batch_sizes, metavar="1,8",
                    help="every model's batch sizes")
     r.add_argument("--levels", metavar="ML", help="every model's levels: M, ML or MLG")
+    for opt, what in (("record-shapes", "the ops' shapes: FLOPs, bytes, the roofline"),
+                      ("profile-memory", "allocations per op: the memory tables"),
+                      ("with-stack", "Python calls as spans")):
+        r.add_argument("--" + opt, action="store_true",
+                       help="every model with %s=True: %s" % (opt.replace("-", "_"), what))
     r.add_argument("--timeout", type=_seconds, metavar="S", help="seconds per evaluation")
     r.add_argument("--memory-limit", type=_bytes, metavar="BYTES",
                    help="address space per worker (RLIMIT_AS): 8G, 512M, ...")
@@ -128,6 +134,10 @@ def _parser():
     rp.add_argument("results", metavar="DIR", nargs="+")
     rp.add_argument("-o", "--output", metavar="zoo.html",
                     help="write the HTML report here (without: the text summary)")
+    rp.add_argument("--peaks", metavar="PEAKS",
+                    help="the roofline's roofs: a JSON file or text as xsp.peaks.load takes "
+                         "(one machine's, for every system), or 'here' for this machine's "
+                         "(measured once and cached, xsp.peaks); HTML only")
     return p
 
 
@@ -140,8 +150,11 @@ def _load_zoo(ns):
     if not ns.spec and not ns.models:
         raise _Usage("give a zoo: SPEC (builtin, builtin-small, a .toml manifest) or --models")
     zoo = catalog.load(ns.spec or ns.models)
-    if ns.batch_sizes is not None or ns.levels is not None:
-        zoo = zoo.override(batch_sizes=ns.batch_sizes, levels=ns.levels)
+    opts = {k: True for k in ("record_shapes", "profile_memory", "with_stack")
+            if getattr(ns, k, False)}
+    if ns.batch_sizes is not None or ns.levels is not None or opts:
+        zoo = zoo.override(batch_sizes=ns.batch_sizes, levels=ns.levels,
+                           options=opts or None)
     return zoo
 
 
@@ -246,8 +259,18 @@ def _query(ns):
 def _report(ns):
     from . import report
     src = ns.results[0] if len(ns.results) == 1 else ns.results
+    peaks = None
+    if ns.peaks is not None:
+        if not ns.output:
+            raise _Usage("--peaks draws the HTML report's roofs: give -o FILE too")
+        from .. import peaks as _peaks
+        try:
+            peaks = _peaks.get() if ns.peaks == "here" else _peaks.load(ns.peaks,
+                                                                         where="--peaks")
+        except _peaks.PeaksError as exc:
+            raise _Usage(str(exc)) from None
     if ns.output:
-        report.html(src, ns.output)
+        report.html(src, ns.output, peaks=peaks)
         sys.stdout.write("report: %s\n" % ns.output)
     else:
         sys.stdout.write(report.text(src))

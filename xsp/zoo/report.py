@@ -648,8 +648,8 @@ def _sec_roofline(r, max_models, max_rows, max_systems):
     parts = [_p("FLOPs and bytes per iteration from the ops' shapes (xsp.flops: analytical, "
                 "not measured); achieved FLOP/s over the latency of run M; one point per "
                 "model, at its largest batch size with FLOPs.%s" % (
-                    "" if r.peaks is not None else " No roofs: pass peaks to "
-                    "xsp.zoo.report.html."))]
+                    "" if r.peaks is not None else " No roofs: give the peaks of the machine "
+                    "(xsp zoo report --peaks, or peaks= of xsp.zoo.report.html)."))]
     if rf.attrs.get("left_out"):
         parts.append(_p("%d evaluations without FLOPs are left out (record_shapes = true in "
                         "the manifest records them)." % rf.attrs["left_out"], "xsp-why"))

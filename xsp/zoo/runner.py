@@ -196,12 +196,13 @@ def _write_plan(results_dir, tasks):
         atomic_write(path, lambda f: f.write(text))
 
 
-def run(zoo, results_dir, *, batch_sizes=None, levels=None, engine="local", address=None,
-        jobs=None, timeout=None, memory_limit=None, resume=True, progress=None):
+def run(zoo, results_dir, *, batch_sizes=None, levels=None, options=None, engine="local",
+        address=None, jobs=None, timeout=None, memory_limit=None, resume=True, progress=None):
     """Runs every evaluation of zoo that results_dir does not have yet and returns Results
     (see the module docstring).  zoo: a catalog.Zoo, or what catalog.load takes ("builtin",
-    "builtin-small", a .toml manifest, a --models string); batch_sizes, levels: every
-    model's, as `xsp zoo run --batch-sizes --levels` (catalog.Zoo.override).  A zoo that
+    "builtin-small", a .toml manifest, a --models string); batch_sizes, levels, options
+    (record_shapes, profile_memory, with_stack: {name: bool}): every model's, as `xsp zoo run
+    --batch-sizes --levels --record-shapes ...` (catalog.Zoo.override).  A zoo that
     does not load raises catalog.ZooError before anything runs.
 
     engine: "local" (worker processes) or "ray"; address: the Ray cluster to join (None
@@ -230,8 +231,9 @@ def run(zoo, results_dir, *, batch_sizes=None, levels=None, engine="local", addr
     from . import catalog
     if not isinstance(zoo, catalog.Zoo):
         zoo = catalog.load(zoo)
-    if timeout is not None or batch_sizes is not None or levels is not None:
-        zoo = zoo.override(timeout=timeout, batch_sizes=batch_sizes, levels=levels)
+    if timeout is not None or batch_sizes is not None or levels is not None or options:
+        zoo = zoo.override(timeout=timeout, batch_sizes=batch_sizes, levels=levels,
+                           options=options or None)
     results_dir = os.fspath(results_dir)
     from . import system as _system
     fingerprint = _system.fingerprint()
