@@ -31,6 +31,28 @@ def have_otlp():
     return True
 
 
+def browser_checker():
+    """(scripts/browser_check.py as a module, a skipif mark for the tests that need chromium).
+    Under `make test` (XSP_TEST_TOOLS=1) the test tools were installed: a missing chromium
+    is an error there, not a skip."""
+    import importlib.util
+
+    import pytest
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "browser_check", os.path.join(root, "scripts", "browser_check.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if mod.find_chromium() is None and os.environ.get("XSP_TEST_TOOLS") == "1":
+        raise RuntimeError("XSP_TEST_TOOLS=1 but chromium is not installed: scripts/setup.sh "
+                           "could not install it (see its warning)")
+    return mod, pytest.mark.skipif(
+        mod.find_chromium() is None,
+        reason="chromium is not installed: run `XSP_TEST_TOOLS=1 scripts/setup.sh` (as root "
+               "or with sudo; it runs apt-get install chromium) or set XSP_CHROMIUM to a "
+               "browser")
+
+
 def profiled(fn, *args, levels="ML", **kw):
     """Runs fn(*args) inside xsp.profile(levels, **kw) and returns the trace."""
     with xsp.profile(levels=levels, **kw) as prof:

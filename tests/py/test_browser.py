@@ -6,37 +6,17 @@ must fail, and its own PNG decoder must agree with matplotlib's.
 
 Needs chromium (`XSP_TEST_TOOLS=1 scripts/setup.sh` installs it; `make test` does); skipped,
 saying so, without it."""
-import importlib.util
-import os
 import re
 
 import numpy as np
 import pytest
 
+from helpers import browser_checker
 from test_html_parts import training_trace
 from xsp import _html as H
 from xsp import analysis as A
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load_checker():
-    spec = importlib.util.spec_from_file_location(
-        "browser_check", os.path.join(ROOT, "scripts", "browser_check.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-B = _load_checker()
-if B.find_chromium() is None and os.environ.get("XSP_TEST_TOOLS") == "1":
-    # `make test` installed the test tools: a missing browser is a failure there, not a skip
-    raise RuntimeError("XSP_TEST_TOOLS=1 but chromium is not installed: scripts/setup.sh "
-                       "could not install it (see its warning)")
-needs_chromium = pytest.mark.skipif(
-    B.find_chromium() is None,
-    reason="chromium is not installed: run `XSP_TEST_TOOLS=1 scripts/setup.sh` (as root or "
-           "with sudo; it runs apt-get install chromium) or set XSP_CHROMIUM to a browser")
+B, needs_chromium = browser_checker()
 
 
 def report_page():

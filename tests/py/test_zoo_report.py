@@ -12,7 +12,6 @@ error, sorting by a click) and one end-to-end run of a real two-model zoo throug
 Nothing here asserts a measured time."""
 import contextlib
 import datetime as dt
-import importlib.util
 import io
 import json
 import os
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import browser_checker
 from xsp.zoo import analyses as Z
 from xsp.zoo import cli, report, store
 from xsp.zoo.store import StoreError
@@ -36,22 +36,7 @@ EVIL_LAYER = "<b>x</b>\"'"
 A, B = "sysA", "sysB"       # A: a CPU machine; B: one with a GPU
 
 
-def _load_checker():
-    spec = importlib.util.spec_from_file_location(
-        "browser_check", os.path.join(ROOT, "scripts", "browser_check.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-BC = _load_checker()
-if BC.find_chromium() is None and os.environ.get("XSP_TEST_TOOLS") == "1":
-    raise RuntimeError("XSP_TEST_TOOLS=1 but chromium is not installed: scripts/setup.sh "
-                       "could not install it (see its warning)")
-needs_chromium = pytest.mark.skipif(
-    BC.find_chromium() is None,
-    reason="chromium is not installed: run `XSP_TEST_TOOLS=1 scripts/setup.sh` (as root or "
-           "with sudo; it runs apt-get install chromium) or set XSP_CHROMIUM to a browser")
+BC, needs_chromium = browser_checker()
 
 
 def fingerprint(sid, host, cpu, gpu=None):

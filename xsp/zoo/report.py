@@ -29,10 +29,9 @@ import math
 import os
 
 import numpy as np
-import pandas as pd
 
 from .. import _html as H
-from .._util import atomic_write, fmt_ns, printable
+from .._util import _number, atomic_write, fmt_ns, printable
 from . import analyses as Z
 
 __all__ = ["text", "html", "MAX_MODELS", "MAX_ROWS", "MAX_SYSTEMS"]
@@ -55,15 +54,7 @@ def _cut(s, n=NAME_CHARS):
     return s if len(s) <= n else s[:n - 1] + "…"
 
 
-def _num(v):
-    """v as a float, None for None, NA and NaN."""
-    if v is None or v is pd.NA:
-        return None
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
+_num = _number       # v as a float, None for None, NA (float(NA) raises), NaN and non-numbers
 
 
 def _is(col, v):
