@@ -103,6 +103,10 @@ def ok_row(model, sid, b, lat, minutes=0):
            "latency_M_median_ns": lat, "latency_M_n": 10, "latency_ML_mean_ns": 2 * lat,
            "latency_ML_std_ns": lat / 50, "latency_ML_median_ns": 2 * lat, "latency_ML_n": 10,
            "throughput_per_s": b * 1e9 / lat}
+    if sid == B:        # a price in its manifest: 3.6 an hour is 1000 / throughput per 10^6
+        row.update(price_per_hour=3.6, cost_per_million=1000 / row["throughput_per_s"])
+    else:               # energy counters on the machine
+        row.update(energy_j=2.5, energy_cpu_j=2.5)
     if levels == "MLG":
         row.update(latency_MLG_mean_ns=4 * lat, latency_MLG_std_ns=lat / 25,
                    latency_MLG_median_ns=4 * lat, latency_MLG_n=10,
@@ -188,7 +192,12 @@ def test_scaling_reads_the_chosen_evaluation_of_each_batch_size(zoo):
         "model", "family", "task", "system_id", "batch_size", "levels", "evaluation_id",
         "latency_M_mean_ns", "latency_M_std_ns", "latency_ML_mean_ns", "latency_ML_std_ns",
         "latency_MLG_mean_ns", "latency_MLG_std_ns", "latency_per_sample_ns",
-        "throughput_per_s", "relative_throughput", "saturation_batch_size"]
+        "throughput_per_s", "cost_per_million", "energy_j", "relative_throughput",
+        "saturation_batch_size"]
+    onb = df[df["system_id"] == B]
+    assert onb["cost_per_million"].tolist() == [1.0, 0.5, 0.25, 0.25, 0.125]
+    assert df[df["system_id"] == A]["cost_per_million"].isna().all()
+    assert df[df["system_id"] == A]["energy_j"].eq(2.5).all() and onb["energy_j"].isna().all()
     got = rows(df, ["model", "system_id", "batch_size", "levels", "latency_M_mean_ns",
                     "throughput_per_s", "relative_throughput", "saturation_batch_size"])
     assert got == [
@@ -520,6 +529,8 @@ def test_html_report_structure_and_escaping(zoo, tmp_path):
     assert path.read_text(encoding="utf-8") == doc
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     assert re.findall(r'<section id="([a-z-]+)">', doc) == SECTIONS
+    # the price (system B) and energy (system A) columns, as some rows have them
+    assert '<th class="xsp-num">cost per million</th><th class="xsp-num">energy j</th>' in doc
     # every name from the results is text: the one script is the sort script
     assert EVIL not in doc and "<b>x</b>" not in doc and "<SIGKILL>" not in doc
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;" in doc

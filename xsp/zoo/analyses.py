@@ -31,6 +31,11 @@ ordered by model, system, batch size
   latency_MLG_mean_ns, latency_MLG_std_ns   per run (NULL where not measured)
   latency_per_sample_ns    latency_M_mean_ns / batch_size
   throughput_per_s         samples per second, batch_size / latency_M_mean_ns
+  cost_per_million         the price of a million samples at that throughput, from the
+                           manifest's [system] price_per_hour (NULL without one)
+  energy_j                 joules metered over the evaluation's measurement (RAPL, NVML; NULL
+                           where the machine exposes neither: the evaluations row's
+                           energy_why says why)
   relative_throughput      throughput / the model's best on the system
   saturation_batch_size    the model's on the system (see saturation())
 
@@ -224,7 +229,8 @@ def _check_n(n):
 _SCALING_COLUMNS = [
     "model", "family", "task", "system_id", "batch_size", "levels", "evaluation_id",
     "latency_M_mean_ns", "latency_M_std_ns", "latency_ML_mean_ns", "latency_ML_std_ns",
-    "latency_MLG_mean_ns", "latency_MLG_std_ns", "latency_per_sample_ns", "throughput_per_s"]
+    "latency_MLG_mean_ns", "latency_MLG_std_ns", "latency_per_sample_ns", "throughput_per_s",
+    "cost_per_million", "energy_j"]
 
 
 def _scaling_rows(src):
@@ -234,7 +240,7 @@ SELECT model, family, task, system_id, batch_size, levels, evaluation_id,
        latency_MLG_mean_ns, latency_MLG_std_ns,
        latency_M_mean_ns / batch_size AS latency_per_sample_ns,
        coalesce(throughput_per_s, batch_size * 1e9 / nullif(latency_M_mean_ns, 0))
-         AS throughput_per_s
+         AS throughput_per_s, cost_per_million, energy_j
 FROM chosen ORDER BY model, system_id NULLS FIRST, batch_size""" % _CHOSEN)
 
 

@@ -571,6 +571,8 @@ def _sec_scaling(r, max_models, max_rows, max_systems):
     cols = ["model", "system_id", "batch_size", "levels", "latency_M_mean_ns",
             "latency_M_std_ns", "latency_ML_mean_ns", "latency_MLG_mean_ns",
             "latency_per_sample_ns", "throughput_per_s", "relative_throughput"]
+    # cost (a price per hour in the manifest) and energy (counters on the machine): where known
+    cols += [c for c in ("cost_per_million", "energy_j") if sc[c].notna().any()]
     parts.append(_table(sc[cols], max_rows, "xsp.zoo.analyses.scaling(DIR)",
                         {"throughput_per_s": "si", "relative_throughput": "share"}))
     return _section("scaling", "Throughput and latency against batch size", parts)
