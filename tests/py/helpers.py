@@ -7,6 +7,31 @@ import xsp
 
 MODULE_KINDS = ("module", "model")
 
+# A models file for the zoo tests' python: sources (xsp.zoo runs it in its workers): an MLP
+# and a small convnet, with seeded inputs of any batch size
+TINY_MODELS = '''import torch
+
+
+def _inputs(*shape):
+    def make(batch_size):
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(batch_size, *shape, generator=g)
+    return make
+
+
+def mlp(width=16):
+    model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 4))
+    return model, _inputs(8)
+
+
+def convnet():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 2))
+    return model, _inputs(3, 8, 8)
+'''
+
 
 def descendants(trace, i):
     """How many spans lie below span i (its whole subtree, i not counted)."""

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import browser_checker
+from helpers import TINY_MODELS, browser_checker
 from xsp.zoo import analyses as Z
 from xsp.zoo import cli, report, store
 from xsp.zoo.store import StoreError
@@ -638,29 +638,7 @@ document.body.appendChild(p);})();</script></body>"""
 
 # -- end to end: a real zoo through the command line -----------------------------------------
 
-MODELS = '''
-import torch
-
-
-def _inputs(*shape):
-    def make(batch_size):
-        g = torch.Generator().manual_seed(0)
-        return torch.randn(batch_size, *shape, generator=g)
-    return make
-
-
-def mlp():
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
-                                torch.nn.Linear(16, 4))
-    return model, _inputs(8)
-
-
-def convnet():
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
-                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Linear(4, 2))
-    return model, _inputs(3, 8, 8)
-'''
+MODELS = TINY_MODELS
 
 
 def _cli(*args):

@@ -19,36 +19,14 @@ import pytest
 
 import xsp
 import xsp.analysis as A
+from helpers import TINY_MODELS
 from xsp.zoo import catalog, evaluate, runner, store
 
 HANG_GUARD_S = 300          # an upper bound for things that end by themselves
 
-MODELS = '''
-import os
+MODELS = '''import os
 import time
-
-import torch
-
-
-def _inputs(*shape):
-    def make(batch_size):
-        g = torch.Generator().manual_seed(0)
-        return torch.randn(batch_size, *shape, generator=g)
-    return make
-
-
-def mlp(width=16):
-    model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(),
-                                torch.nn.Linear(width, 4))
-    return model, _inputs(8)
-
-
-def convnet():
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
-                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Linear(4, 2))
-    return model, _inputs(3, 8, 8)
-
+''' + TINY_MODELS + '''
 
 def boom():
     print("boom is about to raise")

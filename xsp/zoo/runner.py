@@ -267,12 +267,8 @@ def run(zoo, results_dir, *, batch_sizes=None, levels=None, options=None, engine
 
 def _own_files(results_dir):
     """How many evaluations files of results_dir are an evaluation's own (not compacted)."""
-    try:
-        with os.scandir(os.path.join(results_dir, "evaluations")) as it:
-            return sum(1 for e in it if e.name.endswith(".parquet") and
-                       not e.name.startswith(_store.COMPACT_PREFIX))
-    except OSError:
-        return 0
+    return sum(1 for n in _store._listing(results_dir, "evaluations")
+               if not n.startswith(_store.COMPACT_PREFIX))
 
 
 # -- output tails -------------------------------------------------------------------------------
