@@ -36,57 +36,66 @@ test: export XSP_TEST_TOOLS := 1
 test: setup ctest pytest
 
 # C unit tests, plain and under ASan + UBSan.
-ctest:
-	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS_DEV) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_core.c $(CORE_SRC) -lpthread -o $(BIN)/test_core_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_data.c $(CORE_SRC) -lpthread -lm -o $(BIN)/test_data_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_io
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_io.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_io_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_kjson.c $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c \
-	    $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_kjson
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_kjson.c $(IO_SRC) csrc/core/strtab.c \
-	    csrc/core/trace.c $(MSGPACK_FLAGS) $(YAJL_FLAGS) -o $(BIN)/test_kjson_san
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_session.c $(CORE_SRC) -lpthread -o $(BIN)/test_session_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_trace_select.c csrc/core/strtab.c csrc/core/trace.c \
-	    -o $(BIN)/test_trace_select
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_trace_select.c csrc/core/strtab.c csrc/core/trace.c \
-	    -o $(BIN)/test_trace_select_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_schedule.c $(CORE_SRC) -lpthread -o $(BIN)/test_schedule
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_schedule.c $(CORE_SRC) -lpthread \
-	    -o $(BIN)/test_schedule_san
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_tmerge.c csrc/core/strtab.c csrc/core/trace.c \
-	    csrc/core/tmerge.c -o $(BIN)/test_tmerge_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_spawn.c csrc/core/strtab.c csrc/core/trace.c \
-	    csrc/core/spawn.c -o $(BIN)/test_spawn
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_spawn.c csrc/core/strtab.c csrc/core/trace.c \
-	    csrc/core/spawn.c -o $(BIN)/test_spawn_san
-	$(CC) $(CFLAGS_DEV) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names
-	$(CC) $(CFLAGS_DEV) $(SAN) tests/c/test_names.c $(CORE_SRC) -lpthread -o $(BIN)/test_names_san
-	$(BIN)/test_core && $(BIN)/test_core_san && $(BIN)/test_data && $(BIN)/test_data_san && $(BIN)/test_io && $(BIN)/test_io_san
-	$(BIN)/test_names && $(BIN)/test_names_san
-	$(BIN)/test_kjson && $(BIN)/test_kjson_san
-	$(BIN)/test_tmerge_san
-	$(BIN)/test_spawn && $(BIN)/test_spawn_san
-	$(BIN)/test_session_san
-	$(BIN)/test_trace_select && $(BIN)/test_trace_select_san
-	$(BIN)/test_schedule && $(BIN)/test_schedule_san
+#
+# Each test tests/c/test_X.c names what it is linked with: test_X_SRC (the sources besides its
+# own file), test_X_LIBS (libraries and their flags) and, where it needs more, test_X_CFLAGS.
+# One pattern rule builds $(BIN)/test_X from them and another $(BIN)/test_X_san, the same with
+# $(SAN).  ctest runs each test of CTEST in that order, plain then sanitized, except those of
+# CTEST_SAN_ONLY, which run under the sanitizers only.  A binary is rebuilt when its sources,
+# any header or this Makefile change.
+test_core_SRC := $(CORE_SRC)
+test_core_LIBS := -lpthread
+test_data_SRC := $(CORE_SRC)
+test_data_LIBS := -lpthread -lm
+test_io_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
+test_io_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS)
+test_names_SRC := $(CORE_SRC)
+test_names_LIBS := -lpthread
+test_kjson_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
+test_kjson_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS)
+test_tmerge_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/tmerge.c
+test_spawn_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/spawn.c
+test_session_SRC := $(CORE_SRC)
+test_session_LIBS := -lpthread
+test_trace_select_SRC := csrc/core/strtab.c csrc/core/trace.c
+test_schedule_SRC := $(CORE_SRC)
+test_schedule_LIBS := -lpthread
+# the GPU source's tests (ifeq HAVE_CUPTI below)
+test_gpu_SRC := $(GPU_SRC) $(CORE_SRC)
+test_gpu_CFLAGS := $(GPU_INC)
+test_gpu_LIBS := -ldl -lpthread
+test_gpu_merge_SRC := $(CORE_SRC) $(GPU_SRC)
+test_gpu_merge_CFLAGS := $(GPU_INC)
+test_gpu_merge_LIBS := -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed
+
+CTEST := core data io names kjson tmerge spawn session trace_select schedule
+CTEST_SAN_ONLY := tmerge session gpu_merge
 ifeq ($(HAVE_CUPTI),1)
-	$(CC) $(CFLAGS_DEV) $(GPU_INC) tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
-	    -ldl -lpthread -o $(BIN)/test_gpu
-	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/test_gpu.c $(GPU_SRC) $(CORE_SRC) \
-	    -ldl -lpthread -o $(BIN)/test_gpu_san
-	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/test_gpu_merge.c $(CORE_SRC) \
-	    $(GPU_SRC) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
-	    -o $(BIN)/test_gpu_merge_san
-	$(BIN)/test_gpu && $(BIN)/test_gpu_san && $(BIN)/test_gpu_merge_san
-	# a level-G training loop through the real session and merge, for tests/py/test_kineto.py
-	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) tests/c/make_gpu_trace.c $(CORE_SRC) $(GPU_SRC) \
-	    $(IO_SRC) $(MSGPACK_FLAGS) $(YAJL_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed \
-	    -o $(BIN)/make_gpu_trace
+CTEST += gpu gpu_merge
+endif
+CTEST_BINS := $(foreach t,$(CTEST),$(if $(filter $(t),$(CTEST_SAN_ONLY)),,$(BIN)/test_$(t)) \
+                                   $(BIN)/test_$(t)_san)
+CTEST_DEPS := $(wildcard csrc/*/*.h tests/c/*.h) Makefile
+
+# $(BIN)/test_X_san matches both rules; make takes the one with the shorter stem (X).
+.SECONDEXPANSION:
+$(BIN)/test_%: tests/c/test_%.c $$(test_$$*_SRC) $(CTEST_DEPS) | $(BIN)
+	$(CC) $(CFLAGS_DEV) $(test_$*_CFLAGS) $< $(test_$*_SRC) $(test_$*_LIBS) -o $@
+$(BIN)/test_%_san: tests/c/test_%.c $$(test_$$*_SRC) $(CTEST_DEPS) | $(BIN)
+	$(CC) $(CFLAGS_DEV) $(SAN) $(test_$*_CFLAGS) $< $(test_$*_SRC) $(test_$*_LIBS) -o $@
+
+# a level-G training loop through the real session and merge, for tests/py/test_kineto.py
+make_gpu_trace_SRC := $(CORE_SRC) $(GPU_SRC) $(IO_SRC)
+$(BIN)/make_gpu_trace: tests/c/make_gpu_trace.c $(make_gpu_trace_SRC) $(CTEST_DEPS) | $(BIN)
+	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) $< $(make_gpu_trace_SRC) $(MSGPACK_FLAGS) \
+	    $(YAJL_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed -o $@
+
+$(BIN):
+	@mkdir -p $@
+
+ctest: $(CTEST_BINS) $(if $(HAVE_CUPTI),$(BIN)/make_gpu_trace)
+	@set -e; for t in $(CTEST_BINS); do echo "$$t"; "$$t"; done
+ifeq ($(HAVE_CUPTI),1)
 	$(BIN)/make_gpu_trace $(BIN)/gpu_steps.xsp
 else
 	@echo "ctest: SKIPPED test_gpu: no CUPTI headers in $(CUDA_HOME)/include (set CUDA_HOME)"
