@@ -111,12 +111,9 @@ else:
 
 core = Extension(
     "xsp._core",
-    sources=rel("csrc/core/*.c") + rel("csrc/io/*.c") + rel("csrc/python/coremod.c")
-    + rel("csrc/python/tracedata.c") + rel("csrc/python/gpumod.c")
-    + rel("csrc/python/modcall.c") + rel("csrc/python/modsites.c")
-    + rel("csrc/python/pystack.c") + rel("csrc/python/sessionmod.c")
-    + rel("csrc/python/tracebuild.c") + rel("csrc/python/tracefinish.c")
-    + rel("csrc/python/kjsonmod.c") + GPU_SRC,
+    # every file of the CPython binding but torchmod.c, xsp._torch's module
+    sources=rel("csrc/core/*.c") + rel("csrc/io/*.c")
+    + [p for p in rel("csrc/python/*.c") if os.path.basename(p) != "torchmod.c"] + GPU_SRC,
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
     + yajl_cflags + GPU_ARGS,
