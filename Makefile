@@ -60,6 +60,7 @@ test_session_LIBS := -lpthread
 test_trace_select_SRC := csrc/core/strtab.c csrc/core/trace.c
 test_schedule_SRC := $(CORE_SRC)
 test_schedule_LIBS := -lpthread
+test_codetab_SRC := csrc/python/codetab.c
 # the GPU source's tests (ifeq HAVE_CUPTI below)
 test_gpu_SRC := $(GPU_SRC) $(CORE_SRC)
 test_gpu_CFLAGS := $(GPU_INC)
@@ -68,7 +69,7 @@ test_gpu_merge_SRC := $(CORE_SRC) $(GPU_SRC)
 test_gpu_merge_CFLAGS := $(GPU_INC)
 test_gpu_merge_LIBS := -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed
 
-CTEST := core data io names kjson tmerge spawn session trace_select schedule
+CTEST := core data io names kjson tmerge spawn session trace_select schedule codetab
 CTEST_SAN_ONLY := tmerge session gpu_merge
 ifeq ($(HAVE_CUPTI),1)
 CTEST += gpu gpu_merge

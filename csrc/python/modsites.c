@@ -21,10 +21,10 @@
  * Per call: the calling frame (PyEval_GetFrame, borrowed; on 3.11 and later it makes the
  * frame object of a frame that has none, once per activation of the calling function, which
  * CPython frees when that function returns), its code object and instruction offset, a hash
- * and a probe of an open-addressing table kept at most half full.  Nothing is allocated for a
- * site seen before.  A new site takes strong references to its code object, its type and the
- * forward's code object, so that no address it is matched by can be reused while the table
- * lives, and may double the table.  No Python code runs in a lookup: the forward is read from
+ * and a probe of the table (codetab.h: open addressing, kept at most half full).  Nothing is
+ * allocated for a site seen before.  A new site takes strong references to its code object,
+ * its type and the forward's code object, so that no address it is matched by can be reused
+ * while the table lives, and may double the table.  No Python code runs in a lookup: the forward is read from
  * the dicts along the type's MRO (a module's `forward` is a class attribute; one set on an
  * instance is not seen) and unwrapped through the __wrapped__ attributes functools.wraps sets
  * (a plain function's attribute read runs none), so under the GIL a lookup is atomic; a
@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codetab.h"
 #include "tracedata.h"
 
 #define MAX_UNWRAP 32           /* __wrapped__ links followed at most (a cycle stops there) */
@@ -48,16 +49,12 @@ typedef struct site {
     PyObject *type;             /* type(module) (strong) */
     PyObject *fwd;              /* code object of the class's forward (strong), or NULL */
     int lasti;                  /* the call's instruction offset in code, in bytes */
-    uint64_t hash;              /* site_hash of (code, lasti, type) */
 } site;
 
 typedef struct {
     PyObject_HEAD
-    site *v;                    /* the sites, by index; owned */
-    uint32_t n;                 /* sites stored */
-    uint32_t cap;               /* capacity of v */
-    uint32_t *slots;            /* hash slots: index + 1, 0 = empty; owned; never NULL */
-    uint32_t mask;              /* slots - 1 (a power of two), at least 2 * n + 1 slots */
+    xsp_codetab sites;          /* the sites, by index (a site's number), keyed by (code,
+                                 * lasti, type) hashed by xsp_codetab_hash; owned */
     PyObject *forward;          /* the str "forward" (strong) */
     PyObject *wrapped;          /* the str "__wrapped__" (strong) */
     long long lost;             /* sites that could not be stored since the last attach */
@@ -74,12 +71,10 @@ typedef struct {
 #define UNLOCK(s) ((void)0)     /* can run between its probe and its insert */
 #endif
 
-static uint64_t site_hash(const void *code, int lasti, const void *type)
+/* Site i (i < s->sites.n). */
+static site *site_at(const SitesObject *s, int64_t i)
 {
-    uint64_t h = (uint64_t)(uintptr_t)code * 0x9e3779b97f4a7c15ULL;
-    h ^= (uint64_t)(uint32_t)lasti * 0xc2b2ae3d27d4eb4fULL;
-    h ^= (uint64_t)(uintptr_t)type * 0x165667b19e3779f9ULL;
-    return h ^ (h >> 29);
+    return xsp_codetab_at(&s->sites, (uint32_t)i);
 }
 
 static PyObject *type_dict(PyTypeObject *tp)
@@ -125,55 +120,20 @@ static PyObject *forward_code(SitesObject *s, PyTypeObject *tp)
     return code;
 }
 
-/* Doubles the slots (and rehashes).  0, or -1 (out of memory; the table unchanged). */
-static int grow_slots(SitesObject *s)
-{
-    uint32_t nslots = (s->mask + 1) * 2;
-    uint32_t *slots = calloc(nslots, sizeof *slots);
-    if (!slots)
-        return -1;
-    for (uint32_t i = 0; i < s->n; i++) {
-        uint32_t j = (uint32_t)s->v[i].hash & (nslots - 1);
-        while (slots[j])
-            j = (j + 1) & (nslots - 1);
-        slots[j] = i + 1;
-    }
-    free(s->slots);
-    s->slots = slots;
-    s->mask = nslots - 1;
-    return 0;
-}
-
 /* Stores a new site (fwd: its forward's code, a reference stolen, or NULL) at slot j: its
  * index, or -1 (out of memory, counted; the table unchanged, fwd released). */
 static int64_t add_site(SitesObject *s, uint32_t j, PyObject *code, int lasti, PyTypeObject *tp,
                         uint64_t h, PyObject *fwd)
 {
-    if (s->n == s->cap) {
-        uint32_t cap = s->cap ? 2 * s->cap : 16;
-        site *v = cap > s->cap ? realloc(s->v, (size_t)cap * sizeof *v) : NULL;
-        if (!v) {
-            Py_XDECREF(fwd);
-            s->lost++;
-            return -1;
-        }
-        s->v = v;
-        s->cap = cap;
+    site e = {.code = code, .type = (PyObject *)tp, .fwd = fwd, .lasti = lasti};
+    int64_t i = xsp_codetab_add(&s->sites, j, h, &e);
+    if (i < 0) {
+        Py_XDECREF(fwd);
+        s->lost++;
+        return -1;
     }
-    if (2 * ((uint64_t)s->n + 1) + 1 > (uint64_t)s->mask + 1) {   /* keep it at most half full */
-        if (grow_slots(s) != 0) {
-            Py_XDECREF(fwd);
-            s->lost++;
-            return -1;
-        }
-        j = (uint32_t)h & s->mask;
-        while (s->slots[j])
-            j = (j + 1) & s->mask;
-    }
-    uint32_t i = s->n++;
-    s->v[i] = (site){.code = Py_NewRef(code), .type = Py_NewRef((PyObject *)tp), .fwd = fwd,
-                     .lasti = lasti, .hash = h};
-    s->slots[j] = i + 1;
+    Py_INCREF(code);            /* the site's references */
+    Py_INCREF(tp);
     return i;
 }
 
@@ -181,10 +141,10 @@ static int64_t add_site(SitesObject *s, uint32_t j, PyObject *code, int lasti, P
 static int64_t probe(const SitesObject *s, const PyObject *code, int lasti,
                      const PyTypeObject *tp, uint64_t h, uint32_t *slot)
 {
-    uint32_t j = (uint32_t)h & s->mask;
-    for (uint32_t k; (k = s->slots[j]) != 0; j = (j + 1) & s->mask) {
-        const site *e = &s->v[k - 1];
-        if (e->hash == h && e->code == code && e->lasti == lasti && e->type == (PyObject *)tp)
+    uint32_t j = xsp_codetab_probe(&s->sites, h);
+    for (uint32_t k; (k = xsp_codetab_next(&s->sites, h, &j)) != 0;) {
+        const site *e = site_at(s, k - 1);
+        if (e->code == code && e->lasti == lasti && e->type == (PyObject *)tp)
             return k - 1;
     }
     *slot = j;
@@ -199,7 +159,7 @@ int64_t xsp_sites_lookup(PyObject *o, PyFrameObject *f, PyTypeObject *tp)
     PyCodeObject *code = PyFrame_GetCode(f);   /* new reference; the running frame keeps one */
     int lasti = PyFrame_GetLasti(f);
     Py_DECREF(code);
-    uint64_t h = site_hash(code, lasti, tp);
+    uint64_t h = xsp_codetab_hash(code, lasti, tp);
     uint32_t j;
     LOCK(s);
     int64_t idx = probe(s, (PyObject *)code, lasti, tp, h, &j);
@@ -272,15 +232,16 @@ static int attach_locked(SitesObject *s, xsp_trace *t, char *err, size_t errlen)
 {
     uint32_t key = intern_cstr(t, "site"), k_src = intern_cstr(t, "source"),
              k_call = intern_cstr(t, "call_site"), unknown = intern_cstr(t, "?");
-    uint32_t *src = s->n ? malloc(s->n * sizeof *src) : NULL;    /* per site: string ids */
-    uint32_t *call = s->n ? malloc(s->n * sizeof *call) : NULL;
+    uint32_t n = s->sites.n;
+    uint32_t *src = n ? malloc(n * sizeof *src) : NULL;    /* per site: string ids */
+    uint32_t *call = n ? malloc(n * sizeof *call) : NULL;
     uint32_t *ids = NULL;
     xsp_attr *vals = NULL;
     int rc = -1;
     if (key == UINT32_MAX || k_src == UINT32_MAX || k_call == UINT32_MAX
-        || unknown == UINT32_MAX || (s->n && (!src || !call)))
+        || unknown == UINT32_MAX || (n && (!src || !call)))
         goto oom;
-    for (uint32_t i = 0; i < s->n; i++)
+    for (uint32_t i = 0; i < n; i++)
         src[i] = call[i] = UINT32_MAX;
     /* 1: the strings of the sites the trace uses, and the spans that get both attributes */
     uint32_t n_both = 0, n_unknown = 0;
@@ -289,11 +250,11 @@ static int attach_locked(SitesObject *s, xsp_trace *t, char *err, size_t errlen)
         if (a == UINT32_MAX)
             continue;
         int64_t v = t->attrs[a].v.i;
-        if (v < 0 || v >= s->n) {
+        if (v < 0 || v >= n) {
             n_unknown++;
             continue;
         }
-        const site *e = &s->v[v];
+        const site *e = site_at(s, v);
         if (call[v] == UINT32_MAX) {
             call[v] = intern_place(t, e->code, PyCode_Addr2Line((PyCodeObject *)e->code,
                                                                 e->lasti));
@@ -313,7 +274,7 @@ static int attach_locked(SitesObject *s, xsp_trace *t, char *err, size_t errlen)
     for (uint32_t i = 0; i < t->n_spans && m < n_both; i++) {
         uint32_t a = site_attr(t, i, key);
         int64_t v = a == UINT32_MAX ? -1 : t->attrs[a].v.i;
-        if (v >= 0 && v < s->n && src[v] != 0) {
+        if (v >= 0 && v < n && src[v] != 0) {
             ids[m] = i;
             vals[m++] = (xsp_attr){.type = XSP_ATTR_STR, .v.s = call[v]};
         }
@@ -327,7 +288,7 @@ static int attach_locked(SitesObject *s, xsp_trace *t, char *err, size_t errlen)
         if (a == UINT32_MAX)
             continue;
         int64_t v = t->attrs[a].v.i;
-        int known = v >= 0 && v < s->n;
+        int known = v >= 0 && v < n;
         uint32_t str = !known ? unknown : src[v] ? src[v] : call[v];
         t->attrs[a] = (xsp_attr){.key = known && src[v] ? k_src : k_call, .type = XSP_ATTR_STR,
                                  .v.s = str};
@@ -367,12 +328,10 @@ static PyObject *sites_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     SitesObject *s = (SitesObject *)tp->tp_alloc(tp, 0);
     if (!s)
         return NULL;
-    s->slots = calloc(64, sizeof *s->slots);
-    s->mask = 63;
+    int oom = xsp_codetab_init(&s->sites, sizeof(site), 64, 16) != 0;
     s->forward = PyUnicode_InternFromString("forward");
     s->wrapped = PyUnicode_InternFromString("__wrapped__");
-    if (!s->slots || !s->forward || !s->wrapped) {
-        int oom = !s->slots;
+    if (oom || !s->forward || !s->wrapped) {
         Py_DECREF(s);
         return oom ? PyErr_NoMemory() : NULL;
     }
@@ -383,10 +342,11 @@ static int sites_traverse(PyObject *op, visitproc visit, void *arg)
 {
     SitesObject *s = (SitesObject *)op;
     Py_VISIT(Py_TYPE(op));
-    for (uint32_t i = 0; i < s->n; i++) {
-        Py_VISIT(s->v[i].code);
-        Py_VISIT(s->v[i].type);
-        Py_VISIT(s->v[i].fwd);
+    for (uint32_t i = 0; i < s->sites.n; i++) {
+        const site *e = site_at(s, i);
+        Py_VISIT(e->code);
+        Py_VISIT(e->type);
+        Py_VISIT(e->fwd);
     }
     return 0;
 }
@@ -394,14 +354,13 @@ static int sites_traverse(PyObject *op, visitproc visit, void *arg)
 static int sites_clear(PyObject *op)
 {
     SitesObject *s = (SitesObject *)op;
-    uint32_t n = s->n;
-    s->n = 0;                           /* first: a finaliser run below finds an empty table */
-    if (s->slots)
-        memset(s->slots, 0, ((size_t)s->mask + 1) * sizeof *s->slots);
+    uint32_t n = s->sites.n;
+    xsp_codetab_reset(&s->sites);       /* first: a finaliser run below finds an empty table */
     for (uint32_t i = 0; i < n; i++) {
-        Py_CLEAR(s->v[i].code);
-        Py_CLEAR(s->v[i].type);
-        Py_CLEAR(s->v[i].fwd);
+        site *e = site_at(s, i);
+        Py_CLEAR(e->code);
+        Py_CLEAR(e->type);
+        Py_CLEAR(e->fwd);
     }
     return 0;
 }
@@ -412,8 +371,7 @@ static void sites_dealloc(PyObject *op)
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
     sites_clear(op);
-    free(s->v);
-    free(s->slots);
+    xsp_codetab_free(&s->sites);
     Py_XDECREF(s->forward);
     Py_XDECREF(s->wrapped);
     tp->tp_free(op);
@@ -443,12 +401,12 @@ static PyObject *sites_site(PyObject *op, PyObject *arg)
     if (i == -1 && PyErr_Occurred())
         return NULL;
     LOCK(s);
-    if (i < 0 || i >= s->n) {
+    if (i < 0 || i >= s->sites.n) {
         UNLOCK(s);
         return PyErr_Format(PyExc_IndexError, "site %lld out of range (%u sites)", i,
-                            (unsigned)s->n);
+                            (unsigned)s->sites.n);
     }
-    site e = s->v[i];
+    site e = *site_at(s, i);
     Py_INCREF(e.code);
     Py_XINCREF(e.fwd);
     UNLOCK(s);
@@ -469,7 +427,7 @@ static Py_ssize_t sites_len(PyObject *op)
 {
     SitesObject *s = (SitesObject *)op;
     LOCK(s);
-    Py_ssize_t n = s->n;
+    Py_ssize_t n = s->sites.n;
     UNLOCK(s);
     return n;
 }

@@ -15,9 +15,9 @@
  *
  * How: a C profile function (PyEval_SetProfile), the cheapest hook CPython 3.11 offers: it is
  * called for every Python call and return (C calls are ignored: the ops record themselves).
- * Per event: the frame's code object, a probe of a table code -> name (made once per code
- * object, kept, with a strong reference to the code, as long as the PyStack: the core reads
- * a name passed as stable without comparing it again, csrc/core/recorder.h), and the core's
+ * Per event: the frame's code object, a probe of a table code -> name (codetab.h; made once
+ * per code object, kept, with a strong reference to the code, as long as the PyStack: the core
+ * reads a name passed as stable without comparing it again, csrc/core/recorder.h), and the core's
  * op entry with the frame object's address as the key (bit 54 set: never a module span's
  * key, bit 55, and an object alive at the call is alive at its return, so keys pair up).
  * CPython makes a frame object for every frame a profile function sees; that, and the call
@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "../core/recorder.h"
+#include "codetab.h"
 
 #define FRAME_KEY_BIT (UINT64_C(1) << 54)
 
@@ -52,11 +53,8 @@ typedef struct entry {
 
 typedef struct {
     PyObject_HEAD
-    entry *v;                   /* the code objects seen, by index; owned */
-    uint32_t n;                 /* entries used */
-    uint32_t cap;               /* capacity of v */
-    uint32_t *slots;            /* hash slots: index + 1, 0 = empty; owned; never NULL */
-    uint32_t mask;              /* slots - 1 (a power of two), kept at least twice n */
+    xsp_codetab codes;          /* the code objects seen: entry, keyed by code (hash
+                                 * xsp_codetab_hash(code, 0, NULL)); owned */
     PyObject *skip;             /* str: the co_filename prefix not recorded (strong) */
     PyObject *pass;             /* tuple of the code objects of xsp's that run the user's
                                  * code (the module wrapper, measure, xsp run): not recorded,
@@ -66,7 +64,7 @@ typedef struct {
     _Atomic int on;             /* 1 from start to stop */
     uint64_t serial;            /* identifies the per-thread skip count made for this one */
 #ifdef Py_GIL_DISABLED
-    PyMutex lock;               /* protects v, n, cap, slots, mask */
+    PyMutex lock;               /* protects codes */
 #endif
 } PyStackObject;
 
@@ -91,12 +89,6 @@ static _Thread_local long tls_skip;
 #define PASS_DEPTH 32
 static _Thread_local long tls_saved[PASS_DEPTH];
 static _Thread_local int tls_npass;
-
-static uint64_t code_hash(const void *code)
-{
-    uint64_t h = (uint64_t)(uintptr_t)code * 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 29);
-}
 
 /* The UTF-8 of str o (borrowed from o), or NULL (not a str, not encodable: no exception
  * left set). */
@@ -129,64 +121,32 @@ static char *make_name(PyStackObject *s, PyCodeObject *c)
     return buf;
 }
 
-static int grow(PyStackObject *s)
-{
-    uint32_t nslots = (s->mask + 1) * 2;
-    uint32_t *slots = calloc(nslots, sizeof *slots);
-    if (!slots)
-        return -1;
-    for (uint32_t i = 0; i < s->n; i++) {
-        uint32_t j = (uint32_t)code_hash(s->v[i].code) & (nslots - 1);
-        while (slots[j])
-            j = (j + 1) & (nslots - 1);
-        slots[j] = i + 1;
-    }
-    free(s->slots);
-    s->slots = slots;
-    s->mask = nslots - 1;
-    return 0;
-}
-
 /* The name spans of code c get, NULL when c is not recorded; made and kept on first sight
  * ("?" when there is no memory for it: the call is still recorded).  Runs no Python code. */
 static const char *name_of(PyStackObject *s, PyCodeObject *c)
 {
     const char *name;
+    uint64_t h = xsp_codetab_hash(c, 0, NULL);
     LOCK(s);
-    uint32_t j = (uint32_t)code_hash(c) & s->mask;
-    for (uint32_t k; (k = s->slots[j]) != 0; j = (j + 1) & s->mask)
-        if (s->v[k - 1].code == (PyObject *)c) {
-            name = s->v[k - 1].name;
+    uint32_t j = xsp_codetab_probe(&s->codes, h);
+    for (uint32_t k; (k = xsp_codetab_next(&s->codes, h, &j)) != 0;) {
+        const entry *e = xsp_codetab_at(&s->codes, k - 1);
+        if (e->code == (PyObject *)c) {
+            name = e->name;
             UNLOCK(s);
             return name;
         }
+    }
     char *made = make_name(s, c);
-    if (s->n == s->cap) {
-        uint32_t cap = s->cap ? 2 * s->cap : 64;
-        entry *v = cap > s->cap ? realloc(s->v, (size_t)cap * sizeof *v) : NULL;
-        if (!v) {
-            UNLOCK(s);
-            if (made != unknown_name && made != pass_name)
-                free(made);
-            return made == pass_name ? pass_name : made ? unknown_name : NULL;   /* not kept:
+    entry e = {.code = (PyObject *)c, .name = made};
+    if (xsp_codetab_add(&s->codes, j, h, &e) < 0) {
+        UNLOCK(s);
+        if (made != unknown_name && made != pass_name)
+            free(made);
+        return made == pass_name ? pass_name : made ? unknown_name : NULL;   /* not kept:
                                                       * looked up again next time */
-        }
-        s->v = v;
-        s->cap = cap;
     }
-    if (2 * ((uint64_t)s->n + 1) > (uint64_t)s->mask + 1) {
-        if (grow(s) != 0) {
-            UNLOCK(s);
-            if (made != unknown_name && made != pass_name)
-                free(made);
-            return made == pass_name ? pass_name : made ? unknown_name : NULL;
-        }
-        j = (uint32_t)code_hash(c) & s->mask;
-        while (s->slots[j])
-            j = (j + 1) & s->mask;
-    }
-    s->v[s->n] = (entry){.code = Py_NewRef((PyObject *)c), .name = made};
-    s->slots[j] = ++s->n;
+    Py_INCREF(c);               /* the entry's reference */
     UNLOCK(s);
     return made;
 }
@@ -342,12 +302,11 @@ static PyObject *ps_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     PyStackObject *s = (PyStackObject *)tp->tp_alloc(tp, 0);
     if (!s)
         return NULL;
-    s->slots = calloc(128, sizeof *s->slots);
-    s->mask = 127;
+    int rc = xsp_codetab_init(&s->codes, sizeof(entry), 128, 64);
     s->skip = Py_NewRef(skip);
     s->pass = pass ? Py_NewRef(pass) : NULL;
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
-    if (!s->slots) {
+    if (rc != 0) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
@@ -358,8 +317,8 @@ static int ps_traverse(PyObject *op, visitproc visit, void *arg)
 {
     PyStackObject *s = (PyStackObject *)op;
     Py_VISIT(Py_TYPE(op));
-    for (uint32_t i = 0; i < s->n; i++)
-        Py_VISIT(s->v[i].code);
+    for (uint32_t i = 0; i < s->codes.n; i++)
+        Py_VISIT(((entry *)xsp_codetab_at(&s->codes, i))->code);
     Py_VISIT(s->threading);
     Py_VISIT(s->hook_prev);
     Py_VISIT(s->pass);
@@ -369,15 +328,14 @@ static int ps_traverse(PyObject *op, visitproc visit, void *arg)
 static int ps_clear(PyObject *op)
 {
     PyStackObject *s = (PyStackObject *)op;
-    uint32_t n = s->n;
-    s->n = 0;                           /* first: what a finaliser below looks up is new */
-    if (s->slots)
-        memset(s->slots, 0, ((size_t)s->mask + 1) * sizeof *s->slots);
+    uint32_t n = s->codes.n;
+    xsp_codetab_reset(&s->codes);       /* first: what a finaliser below looks up is new */
     for (uint32_t i = 0; i < n; i++) {
-        Py_CLEAR(s->v[i].code);
-        if (s->v[i].name != unknown_name && s->v[i].name != pass_name)
-            free(s->v[i].name);
-        s->v[i].name = NULL;
+        entry *e = xsp_codetab_at(&s->codes, i);
+        Py_CLEAR(e->code);
+        if (e->name != unknown_name && e->name != pass_name)
+            free(e->name);
+        e->name = NULL;
     }
     Py_CLEAR(s->threading);
     Py_CLEAR(s->hook_prev);
@@ -391,8 +349,7 @@ static void ps_dealloc(PyObject *op)
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
     ps_clear(op);
-    free(s->v);
-    free(s->slots);
+    xsp_codetab_free(&s->codes);
     Py_XDECREF(s->skip);
     Py_XDECREF(s->pass);
     tp->tp_free(op);
@@ -412,7 +369,7 @@ static PyObject *ps_get_on(PyObject *op, void *Py_UNUSED(closure))
 
 static Py_ssize_t ps_len(PyObject *op)
 {
-    return ((PyStackObject *)op)->n;
+    return ((PyStackObject *)op)->codes.n;
 }
 
 static PyGetSetDef ps_getset[] = {
