@@ -72,7 +72,7 @@ int main(int argc, char **argv)
             sink += xsp_clock_ticks();
         double t2 = now_ns();
         xsp_trace *t = NULL;
-        if (xsp_rec_stop(&t, err, sizeof err) != 0)
+        if (xsp_rec_stop(&t, NULL, err, sizeof err) != 0)
             return fprintf(stderr, "%s\n", err), 1;
         double t3 = now_ns();
         xsp_trace_free(t);
@@ -88,7 +88,7 @@ int main(int argc, char **argv)
             xsp_rec_end_l((uint64_t)i);
         }
         double t5 = now_ns();
-        if (xsp_rec_stop(&t, err, sizeof err) != 0)
+        if (xsp_rec_stop(&t, NULL, err, sizeof err) != 0)
             return fprintf(stderr, "%s\n", err), 1;
         xsp_rec_set_hooks(NULL);
         if (g_pushes != (uint64_t)n || g_pops != (uint64_t)n || t->n_spans != (uint64_t)n)

@@ -824,12 +824,7 @@ static void reap_dead(void)
     }
 }
 
-int xsp_rec_stop(xsp_trace **out, char *err, size_t errlen)
-{
-    return xsp_rec_stop_ex(out, NULL, err, errlen);
-}
-
-int xsp_rec_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen)
+int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen)
 {
     *out = NULL;
     pthread_mutex_lock(&g_lock);

@@ -83,14 +83,12 @@ typedef struct xsp_merge_extra {
     void *arg;   /* handed to fn */
 } xsp_merge_extra;
 
-/* As xsp_rec_stop, with a further source merged in (extra may be NULL). */
-int xsp_rec_stop_ex(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
-
-/* Stops the active session and merges everything recorded into *out (a new trace owned by the
- * caller).  Spans still open are ended at the stop time with XSP_FLAG_OPEN_AT_STOP.  Returns
- * 0, or -1 with a message in err when no session is active or merging runs out of memory (the
- * session is stopped either way and its buffers are freed). */
-int xsp_rec_stop(xsp_trace **out, char *err, size_t errlen);
+/* Stops the active session and merges everything recorded, and the spans of extra (a further
+ * source, or NULL: none), into *out (a new trace owned by the caller).  Spans still open are
+ * ended at the stop time with XSP_FLAG_OPEN_AT_STOP.  Returns 0, or -1 with a message in err
+ * when no session is active or merging runs out of memory (the session is stopped either way
+ * and its buffers are freed). */
+int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
 
 /* Hot path.  Begins a span on the calling thread.  name/name_len: the span's name (need not be
  * NUL-terminated, copied on first sight); name2: an optional second string (a module's class)

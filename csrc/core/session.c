@@ -188,7 +188,7 @@ unwind:
     s->n_started = 0;
     xsp_trace *t = NULL;
     char ignored[64];
-    xsp_rec_stop(&t, ignored, sizeof ignored);   /* removes the hooks */
+    xsp_rec_stop(&t, NULL, ignored, sizeof ignored);   /* removes the hooks */
     xsp_trace_free(t);
     s->state = XSP_SESSION_FAILED;
     return -1;
@@ -315,7 +315,7 @@ int xsp_session_finish(xsp_session *s, xsp_trace **out, char *err, size_t errlen
         merges |= s->src[i].merge != NULL;
     xsp_merge_extra extra = {merge_all, s};
     xsp_trace *t = NULL;
-    int rc = xsp_rec_stop_ex(&t, merges ? &extra : NULL, err, errlen);   /* hooks removed */
+    int rc = xsp_rec_stop(&t, merges ? &extra : NULL, err, errlen);   /* hooks removed */
     s->state = XSP_SESSION_DONE;
     if (rc == 0 && set_meta(s, t) != 0) {
         xsp_trace_free(t);

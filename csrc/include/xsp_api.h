@@ -6,7 +6,17 @@
  * hidden visibility).  Instead xsp._core exports a PyCapsule named "xsp._core._C_API" holding
  * one static const xsp_core_api; the shim copies the pointers it needs once at attach time.
  * The torch shim exports its own table back the same way (xsp_torch_api, below).
- * ABI rule: fields are only ever appended, and version is bumped when they are.
+ *
+ * ABI rule: the two extensions are built and shipped together, so the tables are not versioned
+ * field by field: each carries XSP_ABI_VERSION and its own size, and each side refuses a table
+ * whose version or size is not its own (a stale xsp._torch next to a new xsp._core, or the
+ * reverse), with a message saying to reinstall xsp.  Any change to either table, or to what
+ * its functions mean, bumps XSP_ABI_VERSION.
+ *
+ * Historical note: until version 6 the tables were append-only with a version per table
+ * (core 1-5, shim 1-2), and the shim read the fields a core's version promised; since nothing
+ * ever loads one extension without the other of its own build, that bought nothing but
+ * compatibility entries (xsp_torch_attach2 beside xsp_torch_attach), and they went.
  */
 #ifndef XSP_API_H
 #define XSP_API_H
@@ -22,7 +32,8 @@
 #define XSP_NAME_STABLE 0x80u       /* rec_begin_l kind flag: the name's bytes stay put until
                                      * the next names_changed() (see recorder.h) */
 #endif
-#define XSP_CORE_API_VERSION 5
+/* The version of both tables (see the ABI rule above). */
+#define XSP_ABI_VERSION 6
 
 /* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
  * payload.  Part of the ABI between the core and the shim. */
@@ -37,7 +48,7 @@ typedef struct xsp_mem_event {
 } xsp_mem_event;
 
 typedef struct xsp_core_api {
-    uint32_t version;      /* XSP_CORE_API_VERSION of the core that filled the table */
+    uint32_t version;      /* XSP_ABI_VERSION of the core that filled the table */
     uint32_t size;         /* sizeof(xsp_core_api) of the core that filled the table */
     /* recorder.h: xsp_rec_begin, xsp_rec_end, xsp_rec_now, xsp_rec_active */
     void (*rec_begin)(uint8_t level, uint8_t kind, const char *name, size_t name_len,
@@ -45,19 +56,19 @@ typedef struct xsp_core_api {
     void (*rec_end)(uint64_t key, uint32_t flags);
     uint64_t (*rec_now)(void);
     int (*session_active)(void);
-    /* version 2: xsp_rec_begin_l, the shim's op entry */
+    /* xsp_rec_begin_l and xsp_rec_end_l, the shim's op entry and exit */
     void (*rec_begin_l)(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
-    /* version 3: xsp_rec_end_l, the shim's op exit; xsp_rec_names_changed, called by the
-     * shim when an operator is registered or deregistered (see XSP_NAME_STABLE) */
     void (*rec_end_l)(uint64_t key);
+    /* xsp_rec_names_changed, called by the shim when an operator is registered or
+     * deregistered (see XSP_NAME_STABLE) */
     void (*names_changed)(void);
-    /* version 4: xsp_rec_data (recorder.h: an op's inputs, an allocation), and
+    /* xsp_rec_data (recorder.h: an op's inputs, an allocation), and
      * xsp_inputs_set_dtype_names (inputs.h: the names torch prints for each ScalarType) */
     void (*rec_data)(uint32_t sub, const void *data, uint32_t len);
     int (*set_dtype_names)(const char *const *names, uint32_t n);
-    /* version 5: xsp_rec_set_thread_role_fn (recorder.h): the shim's function that tells an
-     * intra-op pool thread from any other, asked once per new thread; fn returns an
-     * XSP_ROLE_* (recorder.h: 0 plain, 1 intra-op) and sets *num */
+    /* xsp_rec_set_thread_role_fn (recorder.h): the shim's function that tells an intra-op
+     * pool thread from any other, asked once per new thread; fn returns an XSP_ROLE_*
+     * (recorder.h: 0 plain, 1 intra-op) and sets *num */
     void (*set_thread_role_fn)(uint32_t (*fn)(uint32_t *num));
 } xsp_core_api;
 
@@ -66,16 +77,14 @@ typedef struct xsp_core_api {
  * callback inside their own start and stop (csrc/torch/shim.h has the contracts).  Same ABI
  * rule. */
 #define XSP_TORCH_API_CAPSULE "xsp._torch._C_API"
-#define XSP_TORCH_API_VERSION 2
 
 typedef struct xsp_torch_api {
-    uint32_t version;      /* XSP_TORCH_API_VERSION of the shim that filled the table */
+    uint32_t version;      /* XSP_ABI_VERSION of the shim that filled the table */
     uint32_t size;         /* sizeof(xsp_torch_api) of the shim that filled the table */
-    int (*attach)(const xsp_core_api *api, char *err, size_t errlen);  /* xsp_torch_attach */
+    /* xsp_torch_attach: options XSP_TORCH_INPUTS, XSP_TORCH_MEMORY */
+    int (*attach)(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
     void (*detach)(void);                                              /* xsp_torch_detach */
     int (*attached)(void);                                             /* xsp_torch_attached */
-    /* version 2: attach with options (XSP_TORCH_INPUTS, XSP_TORCH_MEMORY): xsp_torch_attach2 */
-    int (*attach2)(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
 } xsp_torch_api;
 
 #define XSP_TORCH_INPUTS 1u   /* record each op's inputs (record_shapes) */

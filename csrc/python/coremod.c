@@ -32,7 +32,7 @@
 #include "tracedata.h"
 
 static const xsp_core_api core_api = {
-    .version = XSP_CORE_API_VERSION,
+    .version = XSP_ABI_VERSION,
     .size = sizeof(xsp_core_api),
     .rec_begin = xsp_rec_begin,
     .rec_end = xsp_rec_end,

@@ -174,7 +174,7 @@ static void modules_stop(void *ctx, char *err, size_t errlen)
 static int torch_start(void *ctx, char *err, size_t errlen)
 {
     xsp_pysession *self = ctx;
-    return xsp_pysession_torch(self)->attach2(xsp_py_core_api(), self->torch_opts, err, errlen);
+    return xsp_pysession_torch(self)->attach(xsp_py_core_api(), self->torch_opts, err, errlen);
 }
 
 static void torch_stop(void *ctx, char *err, size_t errlen)
@@ -597,9 +597,13 @@ static PyObject *sess_setup(xsp_pysession *self, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_TypeError, "_setup: torch must be xsp._torch._C_API");
     if (torch != Py_None) {
         const xsp_torch_api *api = PyCapsule_GetPointer(torch, XSP_TORCH_API_CAPSULE);
-        if (!api || api->version < 2 || api->size < sizeof *api)
-            return PyErr_Format(st->source_error, "xsp._torch's table is too old (version "
-                                "%u): rebuild xsp", api ? (unsigned)api->version : 0u);
+        if (!api || api->version != XSP_ABI_VERSION || api->size != sizeof *api)
+            return PyErr_Format(st->source_error, "xsp._torch is from another build than "
+                                "xsp._core (its table is of version %u, size %u; this xsp._core "
+                                "needs version %u, size %u): reinstall xsp",
+                                api ? (unsigned)api->version : 0u,
+                                api ? (unsigned)api->size : 0u, (unsigned)XSP_ABI_VERSION,
+                                (unsigned)sizeof *api);
     }
     if (region && !(self->region = dup_cstr(region)))
         return PyErr_NoMemory();

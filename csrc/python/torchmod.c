@@ -38,7 +38,7 @@ xsp_torch_py_attach(PyObject *module, PyObject *Py_UNUSED(ignored))
     int rc;
     /* Not releasing the GIL: registering a callback is short, and the core's functions are
      * static for the life of the process, so the table needs no reference kept. */
-    rc = xsp_torch_attach(api, err, sizeof err);
+    rc = xsp_torch_attach(api, 0, err, sizeof err);
     if (rc != 0) {
         PyErr_SetString(PyExc_RuntimeError, err);
         return NULL;

@@ -469,13 +469,8 @@ static uint32_t thread_role(uint32_t *num) noexcept
     return 1;   /* XSP_ROLE_INTRAOP */
 }
 
-extern "C" int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errlen)
-{
-    return xsp_torch_attach2(api, 0, err, errlen);
-}
-
-extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char *err,
-                                 size_t errlen)
+extern "C" int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char *err,
+                                size_t errlen)
 {
     try {
         std::lock_guard<std::mutex> guard(g_lock);
@@ -487,20 +482,14 @@ extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char
             set_err(err, errlen, "xsp._torch: no core API table");
             return -1;
         }
-        size_t need = offsetof(xsp_core_api, names_changed) + sizeof(api->names_changed);
-        if (api->version < 3 || api->size < need) {
-            char msg[160];
+        if (api->version != XSP_ABI_VERSION || api->size != sizeof(xsp_core_api)) {
+            char msg[200];
             std::snprintf(msg, sizeof msg,
-                          "xsp._torch: core API table too old (version %u, size %u; need "
-                          "version >= 3, size >= %zu): rebuild xsp",
-                          (unsigned)api->version, (unsigned)api->size, need);
+                          "xsp._torch: xsp._core is from another build (its table is of version "
+                          "%u, size %u; this shim needs version %u, size %zu): reinstall xsp",
+                          (unsigned)api->version, (unsigned)api->size,
+                          (unsigned)XSP_ABI_VERSION, sizeof(xsp_core_api));
             set_err(err, errlen, msg);
-            return -1;
-        }
-        if (api->rec_begin_l == nullptr || api->rec_end_l == nullptr
-            || api->names_changed == nullptr) {
-            set_err(err, errlen,
-                    "xsp._torch: core API table lacks rec_begin_l/rec_end_l/names_changed");
             return -1;
         }
         if (options & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY)) {
@@ -508,13 +497,6 @@ extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char
             return -1;
         }
         if (options) {
-            size_t need4 = offsetof(xsp_core_api, set_dtype_names) + sizeof api->set_dtype_names;
-            if (api->version < 4 || api->size < need4 || api->rec_data == nullptr
-                || api->set_dtype_names == nullptr) {
-                set_err(err, errlen, "xsp._torch: core API table too old for record_shapes / "
-                                     "profile_memory: rebuild xsp");
-                return -1;
-            }
             if ((options & XSP_TORCH_MEMORY)
                 && c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) {
                 set_err(err, errlen,
@@ -528,9 +510,7 @@ extern "C" int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char
             }
             g_data.store(reinterpret_cast<data_fn>(api->rec_data), std::memory_order_release);
         }
-        size_t need5 = offsetof(xsp_core_api, set_thread_role_fn) + sizeof api->set_thread_role_fn;
-        if (api->version >= 5 && api->size >= need5 && api->set_thread_role_fn != nullptr)
-            api->set_thread_role_fn(thread_role);
+        api->set_thread_role_fn(thread_role);
         /* the C functions cannot throw: their noexcept pointer types say so */
         g_begin.store(reinterpret_cast<begin_fn>(api->rec_begin_l), std::memory_order_release);
         g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);
@@ -734,8 +714,7 @@ extern "C" int xsp_torch_mem_end(xsp_torch_mem_counts *out, char *err, size_t er
 
 extern "C" const xsp_torch_api *xsp_torch_api_table(void)
 {
-    static const xsp_torch_api table = {XSP_TORCH_API_VERSION, sizeof(xsp_torch_api),
-                                        xsp_torch_attach, xsp_torch_detach, xsp_torch_attached,
-                                        xsp_torch_attach2};
+    static const xsp_torch_api table = {XSP_ABI_VERSION, sizeof(xsp_torch_api),
+                                        xsp_torch_attach, xsp_torch_detach, xsp_torch_attached};
     return &table;
 }

@@ -28,26 +28,27 @@ extern "C" {
 
 /* Registers the shim's global RecordFunction callback, which from then on calls
  * api->rec_begin_l / api->rec_end_l for every op, backward node and user scope on any thread,
- * and api->names_changed whenever an operator is registered or deregistered.  api must be of
- * version >= 3 with size covering names_changed, and hold those three pointers; they are
+ * and api->names_changed whenever an operator is registered or deregistered; the shim's
+ * thread-role function is handed to api->set_thread_role_fn.  api must be the table of a core
+ * of this build (version XSP_ABI_VERSION, size sizeof(xsp_core_api)); its pointers are
  * copied, so the caller may free or reuse *api afterwards, but the functions they point to
  * must stay callable for the life of the process (an op in flight at detach can still call
- * rec_end_l later).  Returns 0, or -1 with a one-line message in err (errlen bytes,
- * NUL-terminated; err may be NULL when errlen is 0) when already attached, when api is NULL or
- * too old, or when torch refuses the callback (its exception's message is copied); nothing
- * changed on failure.  Never throws.  Thread-safe against detach. */
-int xsp_torch_attach(const xsp_core_api *api, char *err, size_t errlen);
-
-/* xsp_torch_attach with options: XSP_TORCH_INPUTS (xsp_api.h) registers the callback with
- * torch's inputs on, and hands each op's inputs to the core as an XSP_DATA_INPUTS event right
- * after its begin (record_shapes; the core must be of version >= 4: rec_data and
- * set_dtype_names, and gets the dtype names first); XSP_TORCH_MEMORY pushes a memory reporter
- * as the calling thread's PROFILER_STATE, whose allocations and frees (those PyTorch reports to
- * profilers, on this thread and the threads its work is handed to) become XSP_DATA_MEM events,
- * popped by xsp_torch_detach on the same thread (elsewhere it stays, inert).  Fails, with
- * nothing changed, for unknown options, a core too old for them, or (XSP_TORCH_MEMORY) when
- * another profiler holds the thread's profiler state.  Otherwise as xsp_torch_attach. */
-int xsp_torch_attach2(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
+ * rec_end_l later).
+ *
+ * options: XSP_TORCH_INPUTS (xsp_api.h) registers the callback with torch's inputs on, and
+ * hands each op's inputs to the core as an XSP_DATA_INPUTS event right after its begin
+ * (record_shapes; the core gets the dtype names first, api->set_dtype_names);
+ * XSP_TORCH_MEMORY pushes a memory reporter as the calling thread's PROFILER_STATE, whose
+ * allocations and frees (those PyTorch reports to profilers, on this thread and the threads
+ * its work is handed to) become XSP_DATA_MEM events, popped by xsp_torch_detach on the same
+ * thread (elsewhere it stays, inert).
+ *
+ * Returns 0, or -1 with a one-line message in err (errlen bytes, NUL-terminated; err may be
+ * NULL when errlen is 0) when already attached, when api is NULL or of another build, for
+ * unknown options, when (XSP_TORCH_MEMORY) another profiler holds the thread's profiler state,
+ * or when torch refuses the callback (its exception's message is copied); nothing changed on
+ * failure.  Never throws.  Thread-safe against detach. */
+int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char *err, size_t errlen);
 
 /* Removes the shim's callback (only ours: other tools' callbacks stay).  Does nothing when not
  * attached.  Ops already in flight may still run the end callback afterwards; it stays

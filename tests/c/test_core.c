@@ -38,7 +38,7 @@ static xsp_trace *stop(void)
 {
     xsp_trace *t = NULL;
     char err[256];
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0);
     CHECK(t != NULL);
     if (t) {
         CHECK(xsp_trace_check(t, err, sizeof err) == 0);
@@ -425,7 +425,7 @@ static void test_inactive(void)
     xsp_rec_end(1, 0);
     xsp_trace *t = (xsp_trace *)1;
     char err[256];
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == -1);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == -1);
     CHECK(t == NULL);
     CHECK(strstr(err, "no recording session") != NULL);
     CHECK(!xsp_rec_active());

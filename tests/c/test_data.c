@@ -175,7 +175,7 @@ static void test_inputs(void)
     static uint8_t big[XSP_DATA_MAX + 1];
     xsp_rec_data(XSP_DATA_INPUTS, big, sizeof big);       /* too long: lost.data */
     xsp_trace *t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0);
     xsp_clock_set_fake(0, 0);
     if (!t)
         return;
@@ -230,7 +230,7 @@ static void test_no_data(void)
     op("aten::add", 1);
     xsp_rec_end(1, 0);
     xsp_trace *t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0);
     if (!t)
         return;
     CHECK_EQ_U(t->n_spans, 1);
@@ -259,7 +259,7 @@ static void test_many(void)
         xsp_rec_end(i + 1, 0);
     }
     xsp_trace *t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0);
     if (!t)
         return;
     CHECK_EQ_U(t->n_spans, N);

@@ -178,7 +178,7 @@ static void test_recording_counts_names_cut(void)
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::add", XSP_NAME_NUL, NULL, 0, 1, -1, 0);
     xsp_rec_end(1, 0);
     xsp_trace *t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0 && t);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0 && t);
     if (t)
         CHECK_EQ_U(counter_or(t, "names.cut", -1), (uint64_t)-1);
     xsp_trace_free(t);
@@ -187,7 +187,7 @@ static void test_recording_counts_names_cut(void)
     CHECK(xsp_rec_start(&cfg, err, sizeof err) == 0);
     record_long(&arg);
     t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0 && t);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0 && t);
     if (t) {
         CHECK(xsp_trace_check(t, err, sizeof err) == 0);
         CHECK_EQ_U(t->n_spans, 3);
@@ -207,7 +207,7 @@ static void test_recording_counts_names_cut(void)
     pthread_join(th, NULL);
     record_long(&arg);
     t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0 && t);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0 && t);
     if (t) {
         CHECK_EQ_U(t->n_spans, 6);
         CHECK_EQ_U(counter_or(t, "names.cut", -1), 2);
@@ -219,7 +219,7 @@ static void test_recording_counts_names_cut(void)
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::mul", XSP_NAME_NUL, NULL, 0, 1, -1, 0);
     xsp_rec_end(1, 0);
     t = NULL;
-    CHECK(xsp_rec_stop(&t, err, sizeof err) == 0 && t);
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0 && t);
     if (t)
         CHECK_EQ_U(counter_or(t, "names.cut", -1), (uint64_t)-1);
     xsp_trace_free(t);
