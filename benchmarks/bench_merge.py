@@ -1,4 +1,4 @@
-"""Merging a distributed job's traces (xsp.distributed.merge): R rank files of N spans each,
+"""Merging a distributed job's traces (xsp.analysis.distributed.merge): R rank files of N spans each,
 recorded by real sessions (level ML, torch.add in a loop, a step every 1000 ops, RANK and
 WORLD_SIZE set as torchrun sets them), merged in a fresh process that reports the merge's
 time and its peak RSS (ru_maxrss).  There is nothing to compare with in torch.profiler,
@@ -32,7 +32,7 @@ p.trace.save(sys.argv[4])
 
 MERGE = """
 import json, resource, sys, time
-from xsp import distributed
+from xsp.analysis import distributed
 paths = sys.argv[1:]
 t0 = time.perf_counter()
 job = distributed.merge(paths)

@@ -19,7 +19,8 @@ import common
 import torch
 
 import xsp
-from xsp import chrome, models
+from xsp import models
+from xsp.formats import chrome
 
 
 def main(argv=None):

@@ -127,7 +127,7 @@ def gpu_lost(trace):
 def gpu_refusal(torch, prog):
     """None when level G can record in this process, else the message a benchmark run with
     --device cuda prints before exiting with status 2."""
-    from xsp import profiler
+    from xsp.producers import profiler
     why = profiler.gpu_unavailable_reason(torch)
     if why is None:
         return None

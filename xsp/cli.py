@@ -141,10 +141,10 @@ def _parser():
 
 def _load(path):
     """An .xsp file, or a torch.profiler (Kineto JSON) trace."""
-    from . import TraceFormatError
-    from .trace import load_any
+    from xsp import TraceFormatError
+    from xsp.formats import load
     try:
-        return load_any(path)
+        return load(path)
     except TraceFormatError as exc:
         raise _Fail(str(exc).replace("\n", " ")) from None
     except OSError as exc:
@@ -172,7 +172,7 @@ def _print_script_error(exc):
 
 def _run(ns):
     import xsp
-    from ._util import printable
+    from xsp.core.util import printable
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     try:
@@ -323,13 +323,14 @@ def _finish(ns, trace, status, cycles, prof, out, paths, models):
         # a child forked by the script that left the profiled region: its copy of the profile
         # is inert and has no trace; the files are the parent's to write
         return status
-    from . import chrome, report
-    _write("trace", trace.save, paths["-o"])
+    from xsp import report
+    from xsp.formats import save
+    _write("trace", lambda p: save(trace, p, format="xsp"), paths["-o"])
     if ns.chrome:
-        _write("Chrome trace", lambda p: chrome.write(trace, p), paths["--chrome"])
+        _write("Chrome trace", lambda p: save(trace, p, format="chrome"), paths["--chrome"])
     if ns.html:
         _write("HTML report", lambda p: report.html(trace, path=p, top=ns.top), paths["--html"])
-    if models and not (trace.kind_codes == xsp.trace.KINDS.index("model")).any():
+    if models and not (trace.kind_codes == xsp.values.trace.KINDS.index("model")).any():
         tops = sorted({s.attrs.get("type", s.name) for s in trace.spans(kind="module")
                        if s.parent is None or trace[s.parent].kind in ("step", "region")})
         sys.stderr.write("xsp: warning: --model %s matched no top-level call, so there are no "
@@ -406,11 +407,12 @@ class _CycleWriter:
         return _suffixed(path, "cycle%d" % k)
 
     def __call__(self, prof):
-        from . import chrome, report
+        from xsp import report
+        from xsp.formats import save
         trace, ns = prof.trace, self.ns
         k = trace.meta.get("cycle", 0)
-        outputs = (("-o", "trace", trace.save),
-                   ("--chrome", "Chrome trace", lambda p: chrome.write(trace, p)),
+        outputs = (("-o", "trace", lambda p: save(trace, p, format="xsp")),
+                   ("--chrome", "Chrome trace", lambda p: save(trace, p, format="chrome")),
                    ("--html", "HTML report", lambda p: report.html(trace, path=p, top=ns.top)))
         for opt, what, fn in outputs:
             if opt not in self.paths:
@@ -426,7 +428,7 @@ class _CycleWriter:
 
     def finish(self, trace, status):
         """After the run: the last cycle's summary and the files written."""
-        from . import report
+        from xsp import report
         if trace is None:
             sys.stderr.write("xsp: no cycle of %r recorded an active step: no trace written\n"
                              % (self.sched,))
@@ -459,7 +461,8 @@ def _run_script(ns):
 
 
 def _summary(ns):
-    from . import report
+    from xsp import report
+    from xsp.report import summary
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     if ns.tree is not None and ns.tree < 0:
@@ -470,22 +473,17 @@ def _summary(ns):
     if sort.startswith("gpu") and "G" not in str(trace.meta.get("levels", "")):
         raise _Fail("--sort %s: %s has no GPU times (level G was not recorded)"
                     % (ns.sort, ns.trace))
-    if "ranks" in trace.meta:       # a merged job: the ranks, then each rank's report
-        from . import distributed
-        sys.stdout.write(distributed.text(trace))
-        job, ranks = trace, [int(r) for r in str(trace.meta["ranks"]).split(",")]
-        for r in ranks:
-            trace = distributed.rank_trace(job, r)
-            sys.stdout.write("\n== rank %d ==\n" % r)
-            sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
-                                         include_compile=ns.include_compile))
-    else:
-        sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
-                                     include_compile=ns.include_compile))
+    # a merged job: the ranks, then each rank's report (the tree is of the last rank's)
+    sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
+                                 include_compile=ns.include_compile))
+    if "ranks" in trace.meta:
+        from xsp.analysis import distributed
+        last = [int(r) for r in str(trace.meta["ranks"]).split(",")][-1]
+        trace = distributed.rank_trace(trace, last)
     if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
         sys.stdout.write("\n" + trace.tree(max_depth=ns.tree, fold=False) + "\n")
     elif ns.tree is not None:
-        root, what = report.median_iteration(trace)
+        root, what = summary.median_iteration(trace)
         sys.stdout.write("\nTree of %s (depth <= %d; spans under 1%% hidden, repeated "
                          "siblings folded; --tree-all for everything)\n" % (what, ns.tree))
         sys.stdout.write(trace.tree(root=root, max_depth=ns.tree, min_share=0.01, fold=True,
@@ -494,7 +492,7 @@ def _summary(ns):
 
 
 def _export(ns):
-    from . import chrome
+    from xsp.formats import save
     if ns.format == "otlp" and not ns.endpoint:
         raise _Fail("--format otlp needs --endpoint URL (the collector's OTLP/HTTP traces URL, "
                     "e.g. http://localhost:4318/v1/traces)")
@@ -510,10 +508,8 @@ def _export(ns):
             raise _Fail("--timeout must be a number of seconds > 0, not %s" % ns.timeout)
         return _export_otlp(ns, _load(ns.trace))
     trace = _load(ns.trace)
-    if ns.format == "kineto":
-        _write("Kineto trace", trace.to_kineto, ns.output)
-    else:
-        _write("Chrome trace", lambda p: chrome.write(trace, p), ns.output)
+    what = "Kineto trace" if ns.format == "kineto" else "Chrome trace"
+    _write(what, lambda p: save(trace, p, format=ns.format), ns.output)
     return 0
 
 
@@ -521,7 +517,7 @@ def _export_otlp(ns, trace):
     """--format otlp (send to --endpoint) and otlp-json (write -o): one line says what was
     done; a wall-clock anchor estimated at export is a warning line."""
     import warnings
-    from . import otlp
+    from xsp.formats import otlp
     opts = {"service": ns.service, "trace_per": ns.trace_per}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -529,7 +525,7 @@ def _export_otlp(ns, trace):
             if ns.format == "otlp":
                 n = otlp.send(trace, ns.endpoint, timeout=ns.timeout, **opts)
             else:
-                _write("OTLP JSON", lambda p: otlp.write_json(trace, p, **opts), ns.output)
+                _write("OTLP JSON", lambda p: otlp.write(trace, p, **opts), ns.output)
         except (ImportError, ValueError, TypeError, otlp.ExportError) as exc:
             raise _Fail(str(exc).replace("\n", " ")) from None
     for w in caught:
@@ -542,7 +538,7 @@ def _export_otlp(ns, trace):
 
 
 def _report(ns):
-    from . import report
+    from xsp import report
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     trace = _load(ns.trace)
@@ -551,17 +547,18 @@ def _report(ns):
 
 
 def _compare(ns):
-    from . import report
-    from .compare import fmt_change, fmt_exact
-    from ._util import fmt_ns
+    from xsp import report
+    from xsp.analysis.compare import compare
+    from xsp.analysis.compare import fmt_change, fmt_exact
+    from xsp.core.util import fmt_ns
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     pct = ns.fail_above
     if pct is not None and not 0 <= pct < float("inf"):
         raise _Fail("--fail-above must be a percentage >= 0, not %s" % pct)
     before, after = _load(ns.before), _load(ns.after)
-    c = report.compare(before, after)
-    sys.stdout.write(c.text(top=ns.top, names=(ns.before, ns.after)))
+    c = compare(before, after)
+    sys.stdout.write(report.text(c, top=ns.top, names=(ns.before, ns.after)))
     sys.stdout.flush()
     if pct is not None:
         w = c.worst(pct / 100.0)
@@ -585,15 +582,17 @@ def _compare(ns):
 
 
 def _merge(ns):
-    from . import distributed
+    from xsp.analysis import distributed
     traces = [_load(p) for p in ns.traces]
     try:
         job = distributed.merge(traces, allow_missing=ns.allow_missing, names=ns.traces)
     except distributed.MergeError as exc:
         raise _Fail(str(exc)) from None
-    _write("merged trace", job.save, ns.output)
+    from xsp.formats import save
+    from xsp.report import ranks
+    _write("merged trace", lambda p: save(job, p, format="xsp"), ns.output)
     if not ns.quiet:
-        sys.stdout.write(distributed.text(job))
+        sys.stdout.write(ranks.text(job))
         sys.stdout.write("merged: %s\n" % ns.output)
     return 0
 
@@ -603,12 +602,12 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["zoo"]:
         # the evaluation pipeline's commands (docs/zoo.md), their own parser
-        from .zoo import cli as zoo_cli
+        from xsp.zoo import cli as zoo_cli
         return zoo_cli.main(argv[1:])
     ns = _parser().parse_args(argv)
     try:
         if ns.cmd != "run" and "XSP_KINETO_MAX_BYTES" in os.environ:
-            from . import kineto
+            from xsp.formats import kineto
             try:                        # the reading commands' cap: a bad one said at once
                 kineto.max_bytes_default()
             except ValueError as exc:

@@ -30,8 +30,9 @@ def main(argv=None):
     import torch
 
     import xsp
-    from xsp import chrome, models, report
-    from xsp._util import fmt_ns
+    from xsp import models
+    from xsp.report import summary as report
+    from xsp.core.util import fmt_ns
 
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()
@@ -91,9 +92,9 @@ def main(argv=None):
 
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, args.model)
-    tr.save(base + ".xsp")
-    chrome.write(tr, base + ".json")
-    report.html(tr, path=base + ".html")
+    xsp.save(tr, base + ".xsp")
+    xsp.save(tr, base + ".json")
+    xsp.report.html(tr, path=base + ".html")
     print("\nwrote %s.xsp (%d bytes), %s.json (%d bytes; open in ui.perfetto.dev) and %s.html"
           " (the report)" % (base, os.path.getsize(base + ".xsp"), base,
                              os.path.getsize(base + ".json"), base))

@@ -5,7 +5,7 @@ pytest:
 
     r = xsp.perf.measure(train_step, levels="ML", repeat=20)
     r.check(latency="5 ms", ops={"aten::mm": 6}, bytes_allocated="2 MiB", graph_breaks=0)
-    r.save("baseline/train_step.json")
+    xsp.save(r, "baseline/train_step.json")
     r.compare(xsp.perf.load("baseline/train_step.json"), threshold=5).check()
 
 A Result holds, from one xsp.measure of fn:
@@ -40,8 +40,8 @@ import re
 import socket
 import sys
 
-from ._util import atomic_write, fmt_ns, fmt_signed, printable
-from .errors import ProfilerError
+from xsp.core.util import atomic_write, fmt_bytes, fmt_ns, fmt_signed, printable
+from xsp.core.errors import ProfilerError
 
 SCHEMA = "xsp.perf/1"
 NOISE_K = 2.0
@@ -120,17 +120,6 @@ def parse_bytes(value, what="bytes_allocated"):
     return int(round(float(m.group(1)) * _BYTES[unit]))
 
 
-def fmt_bytes(n):
-    """'812 B', '12.3 KiB', '4.00 MiB'; '-' for None."""
-    if n is None:
-        return "-"
-    a = abs(n)
-    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
-        if a >= size:
-            return "%.2f %s" % (n / size, unit)
-    return "%d B" % n
-
-
 def fmt_count(key, n):
     return fmt_bytes(n) if key.endswith("bytes") or key == "bytes_allocated" else \
         "-" if n is None else "%d" % n
@@ -154,7 +143,7 @@ def stats(samples):
 def _figure(before, after):
     """xsp.compare's figure of two sample lists (means, noise, verdict)."""
     import numpy as np
-    from .compare import _figure as fig
+    from xsp.analysis.compare import _figure as fig
     return fig(np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64),
                NOISE_K)
 
@@ -171,7 +160,7 @@ def _dynamo_state():
         metrics = list(utils.get_compilation_metrics())
     except Exception:           # a torch without it: recompiles unknown
         metrics = None
-    from .compiled import dynamo_breaks
+    from xsp.producers.dynamo import dynamo_breaks
     made = dynamo_breaks()          # every break Dynamo made, as explain counts them
     breaks = list(made) if made is not None else dict(c.get("graph_break", {}))
     return (breaks, metrics, int(c.get("stats", {}).get("unique_graphs", 0)))
@@ -187,7 +176,7 @@ def _dynamo_delta(before, after):
     a_breaks, a_metrics, a_graphs = after
     reasons = {}
     if isinstance(a_breaks, list):      # Dynamo's breaks (xsp.compiled.dynamo_breaks)
-        from .compiled import describe_break
+        from xsp.producers.dynamo import describe_break
         seen = set(map(id, b_breaks)) if isinstance(b_breaks, list) else set()
         for r in a_breaks:
             if id(r) not in seen:
@@ -216,7 +205,7 @@ def _count_memory(fn, sync):
     """One call of fn inside a memory-counting window: ({allocs, alloc_bytes} summed over
     devices), or (None, why) when allocations cannot be counted here."""
     try:
-        from . import _torch
+        from xsp import _torch
     except ImportError as exc:
         return None, "xsp._torch is not built (%s)" % exc
     try:
@@ -250,8 +239,8 @@ def _iteration_rows(m, run):
     copy_kind and bytes (memcpy spans)."""
     import numpy as np
     import pandas as pd
-    from .analysis import redispatches
-    from .trace import KINDS
+    from xsp.analysis.tables import redispatches
+    from xsp.values.trace import KINDS
     frames = []
     mod = KINDS.index("module")
     for t, (it, _) in zip(m.all_traces[run], m._keys[run]):
@@ -305,7 +294,7 @@ def _machine():
     out = {"host": socket.gethostname(), "python": platform.python_version(),
            "platform": platform.platform(), "processor": platform.processor() or
            platform.machine(), "cpus": os.cpu_count()}
-    from ._version import __version__
+    from xsp._version import __version__
     out["xsp"] = __version__
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -425,8 +414,8 @@ def measure(fn, levels="ML", *, repeat=10, warmup=3, rounds=1, trim=0.1, name=No
     PyTorch reports, and returns a Result.  Dynamo's graph breaks and recompiles are counted
     over all of it.  name: the Result's name (default: fn's).  Other arguments go to
     xsp.measure (progress is off)."""
-    from .leveled import _cuda_sync
-    from .leveled import measure as leveled_measure
+    from xsp.producers.leveled import _cuda_sync
+    from xsp.producers.leveled import measure as leveled_measure
     if name is None:
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or "fn"
     before = _dynamo_state()
@@ -456,7 +445,12 @@ class Result:
         self.path = path
 
     name = property(lambda self: self.data["name"])
-    latency = property(lambda self: self.data["latency"])
+    @property
+    def latency(self):
+        """The latency record (an xsp.values.measurement.Latency; trim 0)."""
+        from xsp.values.measurement import Latency
+        d = self.data["latency"]
+        return Latency(**{k: d.get(k) for k in Latency.FIELDS if k != "trim"})
     counts = property(lambda self: self.data["counts"])
     ops = property(lambda self: self.data["named"]["ops"])
     kernels_by_name = property(lambda self: self.data["named"]["kernels_by_name"])
@@ -489,7 +483,7 @@ class Result:
             over = _over_budget(lat, budget)
             if over:
                 failures.append("latency %s ± %s (%d iterations) is over the budget %s" % (
-                    fmt_ns(lat["mean_ns"]), fmt_ns(lat["std_ns"]), lat["n"], over))
+                    fmt_ns(lat.mean_ns), fmt_ns(lat.std_ns), lat.n, over))
                 details.extend(self._top_lines())
         for name, value in (layers or {}).items():
             budget = parse_duration(value, "the budget of layer %r" % (name,))
@@ -598,7 +592,7 @@ class Result:
         return out
 
     def _message(self, head, failures, details):
-        n = self.latency["n"]
+        n = self.latency.n
         lines = ["xsp: %s: %s (levels %s, %d iteration%s)" % (
             head, self.name, self.data["levels"], n, "" if n == 1 else "s")]
         lines.extend("  " + f for f in failures)
@@ -619,16 +613,47 @@ class Result:
         return json.dumps(self.data, indent=1, sort_keys=True, allow_nan=False,
                           default=_json_default)
 
-    def save(self, path):
-        """Writes the record as JSON (atomically); returns path."""
+    def __xsp_save__(self, path, format=None):
+        """xsp.save(result, path): the record as JSON (atomically), read back by
+        xsp.perf.load; returns path.  ValueError for a format other than None or "perf"."""
+        if format not in (None, "perf"):
+            raise ValueError("a performance Result is saved as its JSON record (format "
+                             "'perf'), not as %r" % (format,))
         text = self.to_json()
         atomic_write(path, lambda f: f.write(text))
         return path
 
+    def save(self, path):
+        """Deprecated: xsp.save(result, path)."""
+        from xsp.core.util import deprecated
+        deprecated("Result.save(path)", "xsp.save(result, path)")
+        return self.__xsp_save__(path)
+
+    def __xsp_report__(self, kind, top=10):
+        """xsp.report.text(result) and xsp.report.html(result): the latency, the counts and
+        where the time goes; a Result that has its measurement adds the measurement's report."""
+        lat = self.latency
+        lines = [repr(self)[1:-1], "  latency: %s ± %s (median %s, %d iteration%s)" % (
+            fmt_ns(lat.mean_ns), fmt_ns(lat.std_ns), fmt_ns(lat.median_ns), lat.n,
+            "" if lat.n == 1 else "s")]
+        lines += ["  %s: %s" % (k, fmt_count(k, v)) for k, v in self.counts.items()
+                  if v is not None]
+        lines += self._top_lines()
+        text = printable("\n".join(lines)) + "\n"
+        from xsp import report
+        if kind == "text":
+            return text + ("\n" + report.text(self.measurement, top=top)
+                           if self.measurement is not None else "")
+        import html as _h
+        frag = '<div class="xsp-result"><pre>%s</pre></div>' % _h.escape(text)
+        if self.measurement is not None:
+            frag += report.html_fragment(self.measurement, top=top)
+        return frag
+
     def __repr__(self):
         lat = self.latency
         return "<xsp.perf.Result %s: %s ± %s over %d iterations, %s ops>" % (
-            self.name, fmt_ns(lat["mean_ns"]), fmt_ns(lat["std_ns"]), lat["n"],
+            self.name, fmt_ns(lat.mean_ns), fmt_ns(lat.std_ns), lat.n,
             fmt_count("ops_total", self.counts["ops_total"]))
 
 
@@ -859,7 +884,7 @@ class Verdict:
                 not 0 <= threshold < math.inf:
             raise ValueError("threshold must be a percentage >= 0, not %r" % (threshold,))
         self.result, self.baseline, self.threshold = result, baseline, float(threshold)
-        self.latency = _figure(baseline.latency["samples_ns"], result.latency["samples_ns"])
+        self.latency = _figure(baseline.latency.samples_ns, result.latency.samples_ns)
         share = self.latency["delta_share"]
         self.regressed = (self.latency["verdict"] == "slower" and
                           not (share * 100.0 <= self.threshold))
@@ -886,7 +911,7 @@ class Verdict:
         self.offenders = []
         for title, key in (("layer", "layers"), ("op", "ops"), ("kernel", "kernels")):
             bt, at = baseline.data["times"].get(key, {}), result.data["times"].get(key, {})
-            nb, na = baseline.latency["n"], result.latency["n"]
+            nb, na = baseline.latency.n, result.latency.n
             for name in list(bt) + [x for x in at if x not in bt]:
                 f = _figure(bt.get(name, [0.0] * nb), at.get(name, [0.0] * na))
                 if f["verdict"] == "slower":

@@ -36,7 +36,14 @@ import sys
 
 import pytest
 
-from ._util import atomic_write, fmt_ns, fmt_signed
+from xsp.core.util import atomic_write, fmt_ns, fmt_signed
+from xsp.formats import save
+
+
+def _num(v):
+    """v, or None for NaN (JSON has no NaN)."""
+    return None if isinstance(v, float) and v != v else v
+
 
 RESULTS_SCHEMA = "xsp.pytest-results/1"
 MARKER_KEYS = ("threshold", "levels", "repeat", "warmup", "rounds", "allow", "budget")
@@ -159,7 +166,7 @@ class _State:
         doc = {"schema": RESULTS_SCHEMA, "threshold_pct": self.threshold,
                "baseline": self.baseline,
                "results": sorted(self.results, key=lambda r: r["key"])}
-        from .perf import _clean
+        from xsp.perf import _clean
         text = json.dumps(_clean(doc), indent=1, sort_keys=True, allow_nan=False)
         try:
             atomic_write(self.json, lambda f: f.write(text))
@@ -235,7 +242,7 @@ def _checked_options(where, threshold, allow, budget):
     """Validates what the marker and the call give before anything is measured: threshold
     (percent), allow (allowance keys and values) and budget (Result.check's keywords and
     values).  Raises ValueError or TypeError naming where."""
-    from . import perf
+    from xsp import perf
     if threshold is not None:
         try:
             t = float(threshold)
@@ -264,7 +271,7 @@ def xsp_profile(request):
     Arguments as xsp.profile's (levels defaults to the xsp marker's, else "ML").  The traces
     are saved, and their paths printed in the failure report, when the test fails or when
     --xsp-save is given."""
-    from .profiler import profile
+    from xsp.producers.profiler import profile
     opts = _marker_options(request.node)
     st = _item_state(request.node)
 
@@ -285,7 +292,7 @@ def xsp_measure(request):
     (count allowances against the baseline), and xsp.profile's options.  With --xsp-baseline
     the result is compared with its stored run and a regression raises BudgetExceeded naming
     the layers and ops that grew."""
-    from . import perf
+    from xsp import perf
     item = request.node
     cfg = request.config.stash[_STATE]
     opts = _marker_options(item)
@@ -345,9 +352,9 @@ def xsp_measure(request):
                 st.notes.append("%s: the baseline %s was kept: this run failed against it"
                                 % (label, base_path))
             else:
-                r.save(out + ".json")
+                save(r, out + ".json")
                 if r.trace is not None:
-                    r.trace.save(out + ".xsp")
+                    save(r.trace, out + ".xsp")
         failures = []
         if baseline_error is not None:
             record["failures"].append(str(baseline_error))
@@ -377,12 +384,12 @@ def xsp_measure(request):
 
 
 def _record(key, r, verdict, note):
-    from .perf import _clean
+    from xsp.perf import _clean
     lat = r.latency
     return _clean({
         "test": r.data.get("test"), "key": key, "name": r.name, "levels": r.data["levels"],
-        "iterations": lat["n"], "mean_ns": lat["mean_ns"], "std_ns": lat["std_ns"],
-        "median_ns": lat["median_ns"], "min_ns": lat["min_ns"], "max_ns": lat["max_ns"],
+        "iterations": _num(lat.n), "mean_ns": _num(lat.mean_ns), "std_ns": _num(lat.std_ns),
+        "median_ns": _num(lat.median_ns), "min_ns": _num(lat.min_ns), "max_ns": _num(lat.max_ns),
         "counts": dict(r.counts), "compile": r.compile,
         "baseline": verdict.summary() if verdict is not None else None,
         "baseline_note": note, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
@@ -392,10 +399,11 @@ def _record(key, r, verdict, note):
 def _properties(item, label, r, record):
     """junitxml properties of one measurement (names prefixed xsp.<measurement>.)."""
     p = "xsp.%s." % label
-    props = [("latency_ns", "%.0f" % r.latency["mean_ns"])]
-    if r.latency["std_ns"] is not None:         # one iteration: no spread
-        props.append(("latency_std_ns", "%.0f" % r.latency["std_ns"]))
-    props += [("iterations", r.latency["n"]), ("levels", r.data["levels"])]
+    lat = r.latency
+    props = [("latency_ns", "%.0f" % lat.mean_ns)]
+    if lat.std_ns == lat.std_ns:                # NaN for one iteration: no spread
+        props.append(("latency_std_ns", "%.0f" % lat.std_ns))
+    props += [("iterations", lat.n), ("levels", r.data["levels"])]
     for k, v in r.counts.items():
         if v is not None:
             props.append((k, v))
@@ -418,7 +426,7 @@ _BEFORE = pytest.StashKey()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    from . import _core
+    from xsp import _core
     item.stash[_BEFORE] = _core.active_session()
     return (yield)
 
@@ -426,7 +434,7 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     __tracebackhide__ = True
-    from . import _core
+    from xsp import _core
     before = _core.active_session()     # a fixture's profile may record through the call
     try:
         out = yield
@@ -461,7 +469,7 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def _stop_leaked(item, before, when=None):
-    from . import _core
+    from xsp import _core
     leaked = _core.active_session()
     if leaked is None or leaked is before:
         return None
@@ -506,15 +514,15 @@ def pytest_runtest_makereport(item, call):
             if tr is None:
                 continue
             path = os.path.join(where, _file_name("%s::%s" % (item.nodeid, label)) + ".xsp")
-            tr.save(path)
+            save(tr, path, format="xsp")
             saved.append(path)
         for key, r, _, record in st.results:
             base = os.path.join(where, _file_name(key))
-            r.save(base + ".json")
+            save(r, base + ".json")
             record["files"].append(base + ".json")
             saved.append(base + ".json")
             if r.trace is not None:
-                r.trace.save(base + ".xsp")
+                save(r.trace, base + ".xsp")
                 record["files"].append(base + ".xsp")
                 saved.append(base + ".xsp")
     if st.notes:
@@ -551,7 +559,7 @@ def _summary(tr, st):
     tr.write_sep("-", "xsp performance (%d measurement%s)" % (
         len(st.results), "" if len(st.results) == 1 else "s"))
     rows = [["test", "latency", "± std", "n", "ops", "allocated", "vs baseline", "verdict"]]
-    from .perf import fmt_bytes
+    from xsp.core.util import fmt_bytes
     results = sorted(st.results, key=lambda r: r["key"])
     for r in results:
         b = r["baseline"]

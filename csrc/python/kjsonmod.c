@@ -1,6 +1,6 @@
 /*
  * kjsonmod.c: _core.read_kineto(chunks) over io/kjson.h.  The text is parsed with the GIL
- * released (a chunk at a time); the Python side (xsp/kineto.py) reads the file, inflates gzip
+ * released (a chunk at a time); the Python side (xsp/formats/kineto.py) reads the file, inflates gzip
  * and enforces the size cap, so that a bomb is stopped between two chunks.
  */
 #include "kjsonmod.h"

@@ -2,7 +2,7 @@
  * modcall.c: xsp._core.ModuleCall, the nn.Module.__call__ wrapper of levels M and L, in C.
  *
  * While a profile records M or L, its session (sessionmod.c) replaces nn.Module.__call__ with
- * one of these objects, made by xsp/profiler.py (_ModuleCalls) and given the __call__ it wraps
+ * one of these objects, made by xsp/producers/profiler.py (_ModuleCalls) and given the __call__ it wraps
  * at the session's start (the one in place then).  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR),
  * so CPython calls it unbound with the module first, as it calls a Python function, and a
  * vectorcall: a nested module call costs one dict lookup, the core's begin and end, and the
@@ -413,7 +413,7 @@ static PyType_Slot mc_slots[] = {
     {Py_tp_getset, mc_getset},
     {Py_tp_members, mc_members},
     {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None): "
-                "xsp's nn.Module.__call__ wrapper (see xsp/profiler.py)."},
+                "xsp's nn.Module.__call__ wrapper (see xsp/producers/profiler.py)."},
     {0, NULL},
 };
 
@@ -427,7 +427,7 @@ PyType_Spec xsp_modulecall_spec = {
 
 
 /* -- CallShield: the Python wrapper's face ---------------------------------------------------
- * The Python wrapper (recording shapes or memory, xsp/profiler.py) is a function; installed as
+ * The Python wrapper (recording shapes or memory, xsp/producers/profiler.py) is a function; installed as
  * it is, module.__call__ would be it bound, which Dynamo traces and breaks on.  CallShield(fn,
  * orig) is a method descriptor that calls fn unbound, as CPython calls the function (so
  * module(x) reaches fn), and whose attribute access on an instance gives orig bound, as

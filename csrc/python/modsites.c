@@ -14,7 +14,7 @@
  * one of record_shapes / profile_memory through here()), and pass its index as the span's a0;
  * the merge makes a0 the span's integer attribute "site" (core/merge.c), and at stop the
  * session (sessionmod.c, decorate) calls xsp_sites_attach, which turns "site" into "source"
- * and "call_site".  The table belongs to one profile (xsp/profiler.py, _ModuleCalls) and
+ * and "call_site".  The table belongs to one profile (xsp/producers/profiler.py, _ModuleCalls) and
  * lives as long as it: a schedule's cycles share it, so an index means the same site in
  * every cycle.
  *

@@ -3,7 +3,7 @@
  * (sessionfork.h).
  *
  * A forked child inherits the running profile but not its recording (the core drops it in its
- * pthread_atfork handler); _after_fork_child, registered by xsp/profiler.py with
+ * pthread_atfork handler); _after_fork_child, registered by xsp/producers/profiler.py with
  * os.register_at_fork, puts Module.__call__ back and detaches the torch callback in the child
  * (xsp_py_after_fork_child, sessionmod.h).  The child's copy is inert: step() and stop do
  * nothing, there is no trace, and one warning per process says so.  A child made by a C-level

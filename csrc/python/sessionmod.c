@@ -374,7 +374,7 @@ fail:
 /* xsp's own cost (meta overhead.*, docs/api.md): overhead.spans, the spans the core recorded
  * (not the region, not GPU activity records: CUPTI's cost is paid in the driver);
  * overhead.stop_ns, the stop's time from the trace's stop_ns to now; and, when the profile
- * passed a calibrated per-span cost in its meta (overhead.per_span_ns, xsp/profiler.py, made
+ * passed a calibrated per-span cost in its meta (overhead.per_span_ns, xsp/producers/profiler.py, made
  * before the start), overhead.estimate_ns = spans x per_span_ns + stop_ns.  Reads the clock
  * once, after everything else of the stop; runs no Python code.  Failures lose the meta. */
 static void overhead_meta(xsp_pysession *self, xsp_trace *t)
@@ -430,7 +430,7 @@ void xsp_pysession_decorate(xsp_pysession *self, xsp_trace *t, PyObject *block_e
         xsp_py_name_live_threads(t, self->threads);
     if (self->side && PyDict_Check(self->side) && xsp_py_attach_side(t, self->side) != 0)
         xsp_trace_set_meta_str(t, "attrs_error", "out of memory while attaching attributes");
-    {   /* xsp/compiled.py's tables (compile spans, source modules in compiled regions), read
+    {   /* xsp/producers/dynamo.py's tables (compile spans, source modules in compiled regions), read
          * from the instance dict itself: an attribute lookup could run Python */
         PyObject *d = PyObject_GenericGetDict((PyObject *)self, NULL);
         PyObject *spec = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_span_attrs") : NULL;
@@ -873,7 +873,7 @@ PyObject *xsp_py_active_session(void)
 
 static PyMethodDef sess_methods[] = {
     {"_setup", (PyCFunction)(void (*)(void))sess_setup, METH_VARARGS | METH_KEYWORDS,
-     "_setup(levels, region=None, **sources): configure, before start (xsp/profiler.py)."},
+     "_setup(levels, region=None, **sources): configure, before start (xsp/producers/profiler.py)."},
     {"__enter__", (PyCFunction)sess_enter, METH_NOARGS, "Starts recording; returns self."},
     {"__exit__", (PyCFunction)(void (*)(void))sess_exit, METH_FASTCALL,
      "Stops recording and finishes the trace; never suppresses the block's exception."},

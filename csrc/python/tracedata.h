@@ -1,7 +1,7 @@
 /*
  * tracedata.h: xsp._core.TraceData, the Python object that owns a merged C trace.
  *
- * The Python package (xsp/trace.py) wraps it: it views the span array through the buffer
+ * The Python package (xsp/values/trace.py) wraps it: it views the span array through the buffer
  * protocol (read-only, field offsets from span_layout(), see tracedata.c), pulls the
  * attribute columns out once as bytes, and never reaches into the C struct otherwise.
  */

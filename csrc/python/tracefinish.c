@@ -187,7 +187,7 @@ void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads)
     PyErr_Clear();
 }
 
-/* -- span attribute tables (xsp/compiled.py): xsp_py_attach_tables ------------------------ */
+/* -- span attribute tables (xsp/producers/dynamo.py): xsp_py_attach_tables ------------------------ */
 
 typedef struct {
     PyObject *key;      /* attribute key, an exact str (borrowed from the spec) */

@@ -35,7 +35,7 @@ int xsp_py_attach_side(xsp_trace *t, PyObject *side);
  * visibly. */
 void xsp_py_meta_from(xsp_trace *t, PyObject *meta);
 
-/* Span attributes from the tables of xsp/compiled.py (a profile's _span_attrs), an exact dict
+/* Span attributes from the tables of xsp/producers/dynamo.py (a profile's _span_attrs), an exact dict
  *   {"events": [(t_lo, t_hi, name, {key: value}), ...],
  *    "regions": [(prefix, key, {scope: {name: [value, ...]}}, meta_prefix), ...]}
  * where every container is of the exact built-in type and every value an exact str, int or

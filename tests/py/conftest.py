@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 import xsp  # noqa: E402
 from xsp import _core  # noqa: E402
-from xsp import profiler as _profiler  # noqa: E402
+from xsp.producers import profiler as _profiler  # noqa: E402
 
 torch.manual_seed(0)
 

@@ -1,4 +1,4 @@
-"""xsp traces built from torch.profiler runs, for the FLOPs and bytes tests (xsp/flops.py).
+"""xsp traces built from torch.profiler runs, for the FLOPs and bytes tests (xsp/analysis/flops.py).
 
 Until the torch shim writes the op input attributes itself, torch_trace() runs a workload under
 torch.profiler(record_shapes=True), reads its Kineto JSON with xsp.load_kineto (events nested
@@ -28,7 +28,7 @@ from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import xsp
-from xsp.trace import KINDS
+from xsp.values.trace import KINDS
 
 MODULE = "xsp.module:"
 STEP = "xsp.step#"

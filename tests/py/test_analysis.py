@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import xsp
-from xsp import analysis as A
+from xsp.analysis import tables as A
 
 STREAM = (0 << 32) | 7
 

@@ -144,7 +144,7 @@ def test_cuda_refused_clearly_without_a_gpu(bench, capsys):
     err = capsys.readouterr().err
     name = bench.__name__
     assert err.startswith(name + ": --device cuda needs level G, unavailable here: ")
-    assert err.strip().endswith(xsp.profiler.gpu_unavailable_reason(torch))
+    assert err.strip().endswith(xsp.producers.profiler.gpu_unavailable_reason(torch))
 
 
 def test_bench_session_prints_every_variant(capsys):

@@ -13,8 +13,8 @@ import pytest
 
 from helpers import browser_checker
 from test_html_parts import training_trace
-from xsp import _html as H
-from xsp import analysis as A
+from xsp.report import parts as H
+from xsp.analysis import tables as A
 
 B, needs_chromium = browser_checker()
 

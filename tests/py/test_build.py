@@ -7,7 +7,7 @@ import torch
 
 import xsp
 from xsp import _core
-from xsp.trace import KINDS, LEVELS, Trace
+from xsp.values.trace import KINDS, LEVELS, Trace
 
 import models
 

@@ -1,4 +1,4 @@
-"""Chrome trace event export (xsp.chrome.write)."""
+"""Chrome trace event export (xsp.formats.chrome.write)."""
 import json
 import os
 import re
@@ -32,7 +32,7 @@ def _ns(us):
 def _check_export(trace, path):
     """Asserts the export of trace at path: metadata, one X event per span with exact times,
     per-thread nesting; returns the X events in span id order."""
-    xsp.chrome.write(trace, path)
+    xsp.formats.chrome.write(trace, path)
     text, doc = _load(path)
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
     assert doc["displayTimeUnit"] == "ns"
@@ -44,7 +44,7 @@ def _check_export(trace, path):
     xs = [e for e in events if e["ph"] == "X"]
     # flows: an intra-op pool thread's spans from the op that spawned them (one s, one f each)
     flows = [e for e in events if e["ph"] in ("s", "f")]
-    links = xsp.kineto.spawn_links(trace)
+    links = xsp.formats.kineto.spawn_links(trace)
     assert len(meta) + len(xs) + len(flows) == len(events) and len(flows) == 2 * len(links)
     assert sorted((e["ph"], e["id"], e["tid"]) for e in flows) == sorted(
         [("s", n, trace.threads[trace.thread_index[j]][0]) for n, (_, j) in
@@ -153,7 +153,7 @@ def test_export_errors(tmp_path):
     with xsp.profile(levels="M") as prof:
         pass
     with pytest.raises(OSError):
-        xsp.chrome.write(prof.trace, str(tmp_path / "missing" / "t.json"))
+        xsp.formats.chrome.write(prof.trace, str(tmp_path / "missing" / "t.json"))
     xs = _check_export(prof.trace, str(tmp_path / "ok.json"))
     assert [(e["name"], e["ts"], e["args"]) for e in xs] == [
         ("xsp.profile", Decimal("0.000"), {"id": 0})]

@@ -13,7 +13,7 @@ from torch import nn
 
 import xsp
 from xsp import cli
-from xsp.compare import Comparison, compare
+from xsp.analysis.compare import Comparison, compare
 from test_analysis import S, STREAM
 
 OP = {"Linear": "aten::linear", "ReLU": "aten::relu", "Conv2d": "aten::conv2d",
@@ -180,7 +180,7 @@ def test_text_has_units_in_the_cells_and_signed_changes():
     assert short[j + 2].split()[0] == "fc" and short[j + 3] == "  ... 3 more"
     with pytest.raises(ValueError, match="top must be a positive int"):
         c.text(top=0)
-    assert repr(c) == ("<xsp.compare.Comparison step +80 ns (+16.7%) slower; iterations 4 "
+    assert repr(c) == ("<xsp.analysis.compare.Comparison step +80 ns (+16.7%) slower; iterations 4 "
                        "-> 4; layers: 2 slower, 0 faster, 0 added, 0 removed, 0 retyped>")
 
 

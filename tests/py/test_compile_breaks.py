@@ -1,6 +1,6 @@
-"""torch.compile's graph breaks as torch._dynamo.explain counts them (xsp/compiled.py), with
+"""torch.compile's graph breaks as torch._dynamo.explain counts them (xsp/producers/dynamo.py), with
 their reasons and the user's lines, in the trace, the report and perf's counts; and the tables
-and shares of a compiled model leaving out the iterations that compiled (xsp/analysis.py,
+and shares of a compiled model leaving out the iterations that compiled (xsp/analysis/tables.py,
 docs/analyses.md "Compiling iterations").
 
 Regressions guarded: a data-dependent branch (`if y.sum() > 0:`) counted as 0 graph breaks
@@ -17,9 +17,10 @@ import torch._dynamo.utils as du
 from torch import nn
 
 import xsp
-from xsp import analysis as A
-from xsp import compiled, perf, report
-from xsp.trace import nearest_ancestor
+from xsp.analysis import tables as A
+from xsp import perf, report
+from xsp.analysis import compiled
+from xsp.values.trace import nearest_ancestor
 
 HERE = os.path.abspath(__file__)
 # Dynamo warns once about the C builtin it cannot trace; measure warns that it compiled
@@ -296,10 +297,10 @@ def test_the_report_says_what_the_tables_left_out(block):
             "the step line (include_compile=True counts them)") in text
     assert "step latency (the 1 that compiled left out)" in text
     r = A.layer_ranking(block)
-    assert "OptimizedModule" in text and report.fmt_share(r["step_share"].iloc[0]) in text
+    assert "OptimizedModule" in text and report.summary.fmt_share(r["step_share"].iloc[0]) in text
     inc = report.text(block, include_compile=True)
     assert "counted (include_compile=True): their compile time is in them" in inc
-    assert report.fmt_share(A.layer_ranking(block, include_compile=True)["step_share"]
+    assert report.summary.fmt_share(A.layer_ranking(block, include_compile=True)["step_share"]
                             .iloc[0]) in inc
     html = report.html(block)
     assert "tables and shares: the 1 iteration that compiled" in html

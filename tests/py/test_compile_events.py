@@ -1,4 +1,4 @@
-"""torch.compile in a trace (xsp/compiled.py): compilations, recompiles and graph breaks as
+"""torch.compile in a trace (xsp/producers/dynamo.py): compilations, recompiles and graph breaks as
 spans with their reasons, kept out of measure's latencies; the source modules of the ops and
 kernels compiled code runs; Dynamo's counters the same with xsp as without.
 
@@ -16,8 +16,10 @@ import torch._dynamo.utils as du
 from torch import nn
 
 import xsp
-from xsp import _core, compiled
-from xsp.trace import KINDS
+from xsp import _core
+from xsp.analysis import compiled
+from xsp.producers import dynamo
+from xsp.values.trace import KINDS
 
 from test_compile import counts
 
@@ -151,13 +153,13 @@ def test_tables_attach_by_region_ordinal_and_by_time(fake_clock):
     ("getattr(L['self'].blocks, '0')", "blocks.0"), ("L['self']", ""),
     ("f(x)", "f(x)")])
 def test_module_path_from_dynamo_sources(source, path):
-    assert compiled.module_path(source) == path
+    assert dynamo.module_path(source) == path
 
 
 def test_module_path_of_a_compiled_built_in_module():
     """torch.compile(nn.Linear(...)) compiles a torch wrapper whose local fn is the module."""
-    assert compiled.module_path("L['fn']", root="fn") == ""
-    assert compiled.module_path("L['fn'].inner", root="fn") == "inner"
+    assert dynamo.module_path("L['fn']", root="fn") == ""
+    assert dynamo.module_path("L['fn'].inner", root="fn") == "inner"
 
 
 class _FakeOutput:
@@ -206,7 +208,7 @@ def test_inductor_output_code_gives_each_kernel_call_its_modules():
     its sorted source nodes (the others produced its input buffer); a kernel defined once and
     called twice gets its definition's nodes each time."""
     by_node = {"linear": "fc1", "relu": "act", "sigmoid": "gate", "linear_1": "fc2"}
-    calls = compiled._inductor_calls(_FakeOutput(TRITON_CODE), by_node)
+    calls = dynamo._inductor_calls(_FakeOutput(TRITON_CODE), by_node)
     k = "triton_poi_fused_relu_sigmoid_0"
     assert calls == [("aten::addmm", "fc1"), (k, "act,gate"), ("graph_3_" + k, "act,gate"),
                      ("aten::addmm", "fc2"), (k, "act,gate"), ("graph_3_" + k, "act,gate")]
@@ -300,7 +302,7 @@ def test_the_report_says_what_compiled(eager):
     s = compiled.summary(tr)
     text = xsp.report.text(tr)
     assert ("torch.compile: 2 compiles (1 recompile), %s in all; the latency of step#0, "
-            "step#2 includes compile time" % xsp._util.fmt_ns(s["compile_ns"])) in text
+            "step#2 includes compile time" % xsp.core.util.fmt_ns(s["compile_ns"])) in text
 
 
 def test_an_uncompiled_trace_has_no_compile_spans(eager):
@@ -319,13 +321,13 @@ def test_a_failure_inside_the_callbacks_is_counted_not_raised(monkeypatch):
     fresh()
     xsp.profile(levels="ML")                    # installs the callbacks
     torch.compile(Net(), backend="eager")(torch.randn(4, 8))
-    assert "0/0" in compiled._OBS.tables
+    assert "0/0" in dynamo._OBS.tables
     fresh()
 
     def broken(fn, root):
         raise RuntimeError("a moved torch internal")
 
-    monkeypatch.setattr(compiled, "_calls", broken)
+    monkeypatch.setattr(dynamo, "_calls", broken)
     net = Net()
     f = torch.compile(net, backend="eager")
     x = torch.randn(4, 8)
@@ -378,7 +380,7 @@ def test_graph_breaks_are_events_with_their_reasons(how):
     got, out, tr = run_breaks(how, "ML")
     assert got == base
     assert all(torch.equal(a, b) for a, b in zip(out, base_out))
-    made = [compiled.describe_break(r) for r in du.graph_break_reasons]
+    made = [dynamo.describe_break(r) for r in du.graph_break_reasons]
     assert len(made) == got["graph_breaks"]
     reasons = sorted(r for r, _ in made)
     assert all(r.startswith("Call to `torch._dynamo.graph_break()`: User-inserted graph break")
@@ -491,7 +493,7 @@ def test_measure_leaves_out_the_iterations_that_compiled():
     assert step["kind"] == "step" and step["source_run"] == "M" and step["samples"] == 3
     assert m.overhead.iloc[0]["latency_ns"] < comp["duration_ns"].min()
     r = xsp.perf.from_measurement(m, name="fn")
-    assert r.latency["n"] == 3 and r.data["varying"] == {}
+    assert r.latency.n == 3 and r.data["varying"] == {}
     assert "torch.compile compiled in 1 measured iteration (1 in run M): left out" in \
         xsp.report.text(m)
 
@@ -503,7 +505,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import torch._inductor.config as ic
 import xsp
-from xsp import compiled
+from xsp.analysis import compiled
 from test_compile_events import Net, regions, top_ops, fresh
 out = {}
 ic.cpp.enable_kernel_profile = True      # C++ kernels as RecordFunction spans
@@ -568,7 +570,7 @@ def test_report_leaves_compiling_steps_out_of_the_latency():
     assert line.startswith("step latency (the 1 that compiled left out): ")
     steps = p.trace.spans(kind="step")
     durs = sorted(s.duration_ns for s in steps[1:])
-    from xsp._util import fmt_ns
+    from xsp.core.util import fmt_ns
     assert ("max %s" % fmt_ns(durs[-1])) in line
     assert re.search(r"the latency of step#0 includes compile time", text)
 

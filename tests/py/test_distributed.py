@@ -1,4 +1,4 @@
-"""Beyond one process (xsp/distributed.py, docs/distributed.md): ranks in the meta, the clock
+"""Beyond one process (xsp/analysis/distributed.py, docs/distributed.md): ranks in the meta, the clock
 exchange, merging the ranks' traces, the analyses across ranks, and the CLI; real gloo jobs
 of 2 and 4 processes on this host (tests/py/dist_worker.py) and synthetic traces with
 injected clock offsets for exact values.  The real jobs' checks hold on a loaded machine: the
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import xsp
-from xsp import _core, distributed as D
-from xsp.trace import KINDS, Trace
+from xsp import _core
+from xsp.analysis import distributed as D
+from xsp.values.trace import KINDS, Trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLEEP = 0.02
@@ -78,7 +79,7 @@ def test_merge_aligns_the_collectives_and_names_the_straggler(job2, tmp_path):
     # rank 0 waits for rank 1's sleep in every step (rank 1 starts sleeping once rank 0's
     # all_reduce has begun, dist_worker.py: at least SLEEP, less 20% for the clocks' error)
     assert table["wait_ns"].iloc[0] >= 0.8 * SLEEP * 1e9 and table["wait_ns"].iloc[1] == 0
-    text = D.text(job)
+    text = xsp.report.ranks.text(job)
     assert "straggler: rank 1, last at 3 of 3 collectives, making the others wait up to" in text
     assert table["caused_ns"].iloc[1] >= 0.8 * SLEEP * 1e9 and table["caused_ns"].iloc[0] == 0
     assert "clocks: process group; aligned within" in text
@@ -91,7 +92,7 @@ def test_merge_aligns_the_collectives_and_names_the_straggler(job2, tmp_path):
 def test_merged_exports_have_a_process_per_rank(job2, tmp_path):
     job = D.merge(job2)
     pids = [xsp.load(p).meta["pid"] for p in job2]
-    xsp.chrome.write(job, str(tmp_path / "c.json"))
+    xsp.formats.chrome.write(job, str(tmp_path / "c.json"))
     job.to_kineto(str(tmp_path / "k.json"))
     for f in ("c.json", "k.json"):
         ev = json.load(open(tmp_path / f))["traceEvents"]
@@ -303,7 +304,7 @@ def test_ranks_table_leaves_the_setup_step_out():
     The cross-rank tables use the iterations as `xsp summary` finds them (xsp.analysis), so
     every rank has 3 iterations of exactly 300 us, and the setup's broadcast (where rank 1
     arrives 400 us late) is in no wait, cause or arrival count."""
-    from xsp import analysis as A
+    from xsp.analysis import tables as A
     job = D.merge([xsp_run_rank(0), xsp_run_rank(1)])
     # the same rule as the summary: one rank's iterations, and its setup
     for r in (0, 1):
@@ -327,7 +328,7 @@ def test_ranks_table_leaves_the_setup_step_out():
         ["c10d::allreduce_", 0, 0], ["c10d::allreduce_", 1, 0],
         ["c10d::allreduce_", 0, 1], ["c10d::allreduce_", 1, 1],
         ["c10d::allreduce_", 0, 2], ["c10d::allreduce_", 1, 2]]
-    text = D.text(job)
+    text = xsp.report.ranks.text(job)
     assert "per iteration means, the setup before the first left out" in text
     assert "straggler: rank 1, last at 3 of 3 collectives" in text
 
@@ -335,7 +336,7 @@ def test_ranks_table_leaves_the_setup_step_out():
 def test_fake_clock_job_s_ranks_table_counts_the_summary_s_iterations(tmp_path):
     """On a real 2-rank job on the fake clock, each rank's row of ranks() has exactly the
     iterations and mean step that xsp.analysis finds in that rank's trace."""
-    from xsp import analysis as A
+    from xsp.analysis import tables as A
     job = D.merge(run_job(tmp_path, 2, slow=-1, steps=3))
     table = D.ranks(job)
     for r in (0, 1):

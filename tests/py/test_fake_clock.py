@@ -104,8 +104,9 @@ def test_own_cost_is_spans_times_the_calibrated_cost_plus_the_stop(fake_clock, t
     in the text and HTML reports and the Kineto export.  Under the fake clock nothing is
     calibrated (its readings would move every later one): the cost is then not estimated."""
     import json
-    from xsp import profiler, report
-    from xsp._util import fmt_ns
+    from xsp import report
+    from xsp.producers import profiler
+    from xsp.core.util import fmt_ns
     add, a = models.Add(), torch.ones(3)
     add(a, a)
     xsp.profile()                   # calibrates levels ML on the real clock (or it is cached)
@@ -143,7 +144,7 @@ def test_own_cost_is_calibrated_once_per_configuration_and_never_while_recording
     """The calibration (a short profile of its own) runs when a profile is made, never while
     one records (a profile made inside another's block gets no per-span cost), and once per
     process and configuration (cached)."""
-    from xsp import profiler
+    from xsp.producers import profiler
     real, calls = profiler._calibrate, []
 
     def counting(key, torch):

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import xsp
-from xsp import flops
+from xsp.analysis import flops
 from helpers_flops import torch_trace
 from models import Encoder, TinyCNN
 
@@ -638,7 +638,7 @@ def test_a_torch_profiler_trace_costs_without_failures(tmp_path):
         work()
     path = str(tmp_path / "t.json")
     p.export_chrome_trace(path)
-    s = xsp.flops.summary(xsp.load_kineto(path))
+    s = xsp.analysis.flops.summary(xsp.load_kineto(path))
     assert s["failed"] == {} and s["flops"] == fc.get_total_flops() > 0
 
 
@@ -651,9 +651,9 @@ def test_data_dependent_ops_are_uncovered_not_failed():
     with xsp.profile(levels="ML", record_shapes=True) as prof:
         (x @ x).sum().item()
         torch.nonzero(x > 0)
-    s = xsp.flops.summary(prof.trace)
+    s = xsp.analysis.flops.summary(prof.trace)
     assert s["failed"] == {} and s["uncovered"]["aten::item"] == 1
     assert s["uncovered"]["aten::nonzero"] == 1
-    costs = xsp.flops.op_costs(prof.trace)
+    costs = xsp.analysis.flops.op_costs(prof.trace)
     item = costs[costs["name"] == "aten::item"].iloc[0]
     assert (item["bytes_read"], item["bytes_written"]) == (4, 0)

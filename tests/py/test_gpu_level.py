@@ -113,9 +113,9 @@ def test_core_failure_on_the_gpu_path_is_not_reported_as_a_gpu_problem():
 
 def test_cupti_is_shared_only_while_torch_profiler_is_not_recording():
     """Kineto keeps an idle CUPTI subscription after torch.profiler's first use; G shares it
-    then, and is refused while torch.profiler records (xsp.profiler._cupti_share_ok)."""
+    then, and is refused while torch.profiler records (xsp.producers.profiler._cupti_share_ok)."""
     import torch
-    from xsp import profiler as P
+    from xsp.producers import profiler as P
     assert P._cupti_share_ok() is True
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         assert P._cupti_share_ok() is False

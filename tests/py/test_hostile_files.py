@@ -39,14 +39,14 @@ import xsp.distributed
 import xsp.otlp
 import xsp.peaks
 from xsp import _core
-from xsp import analysis as A
-from xsp.trace import KINDS, LEVELS
+from xsp.analysis import tables as A
+from xsp.values.trace import KINDS, LEVELS
 
 from helpers import have_otlp
 
 ANALYSES = [getattr(A, name) for name in A.__all__]
-TYPED = (xsp.TraceFormatError, xsp.ProfilerError, xsp.otlp.ExportError,
-         xsp.otlp.TimeRangeError, xsp.distributed.MergeError, xsp.peaks.PeaksError)
+TYPED = (xsp.TraceFormatError, xsp.ProfilerError, xsp.formats.otlp.ExportError,
+         xsp.formats.otlp.TimeRangeError, xsp.analysis.distributed.MergeError, xsp.analysis.peaks.PeaksError)
 # the documented refusals of a trace that lacks what an analysis needs (a ValueError whose
 # message says what to record: docs/analyses.md); anything else escaping is a bug
 REFUSALS = re.compile(r"this trace has no input shapes: |this trace has no op input shapes: |"
@@ -62,26 +62,26 @@ def S(name, kind, start, end, parent=None, thread=0, **attrs):
 
 
 def roundtrip(tr, path):
-    tr.save(path)
+    xsp.save(tr, path)
     assert xsp.load(path) == tr
 
 
 def exporters(tr, tmp_path, html=True):
-    """Every exporter of a Trace, by name: the .xsp file (saved and loaded back equal), Kineto's
-    JSON (plain and gzip), the Chrome trace, the OTLP exports (with xsp[otlp] installed), the
-    text report and (with html) the HTML report and fragment."""
+    """Every exporter of a Trace, by name: xsp.save in every format (the .xsp file loaded back
+    equal; Kineto's JSON plain and gzip, the Chrome trace, OTLP/JSON with xsp[otlp] installed),
+    the OTLP spans, the text report and (with html) the HTML report and fragment."""
     at = lambda name: str(tmp_path / name)          # noqa: E731
     out = [
         ("save/load .xsp", lambda: roundtrip(tr, at("t.xsp"))),
-        ("to_kineto", lambda: tr.to_kineto(at("t.pt.trace.json"))),
-        ("kineto.write .gz", lambda: xsp.kineto.write(tr, at("t.pt.trace.json.gz"))),
-        ("chrome.write", lambda: xsp.chrome.write(tr, at("t.json"))),
+        ("kineto.write", lambda: xsp.save(tr, at("t.pt.trace.json"))),
+        ("kineto.write .gz", lambda: xsp.save(tr, at("t.pt.trace.json.gz"))),
+        ("chrome.write", lambda: xsp.save(tr, at("t.json"))),
         ("report.text", lambda: xsp.report.text(tr)),
     ]
     if HAVE_OTLP:
-        out += [("otlp.spans", lambda: xsp.otlp.spans(tr)),
-                ("otlp.spans per step", lambda: xsp.otlp.spans(tr, trace_per="step")),
-                ("otlp.write_json", lambda: xsp.otlp.write_json(tr, at("t.otlp.json")))]
+        out += [("otlp.spans", lambda: xsp.formats.otlp.spans(tr)),
+                ("otlp.spans per step", lambda: xsp.formats.otlp.spans(tr, trace_per="step")),
+                ("otlp.write", lambda: xsp.save(tr, at("t.otlp.json")))]
     if html:
         out += [("report.html", lambda: xsp.report.html(tr, at("t.html"))),
                 ("report.html_fragment", lambda: xsp.report.html_fragment(tr))]
@@ -92,8 +92,11 @@ def analyses(tr):
     """Every analysis that takes a Trace, by name, with each of its modes: xsp.analysis,
     xsp.flops, xsp.memory, xsp.compare (and the report's compare), xsp.compiled and
     xsp.distributed's readers, and the Trace's own views."""
-    from xsp import compiled, distributed, flops, memory
-    from xsp.compare import compare
+    from xsp.analysis import compiled
+    from xsp.analysis import distributed
+    from xsp.analysis import flops
+    from xsp.analysis import memory
+    from xsp.analysis.compare import compare
     out = [("tree", lambda: tr.tree()),
            ("tree limited", lambda: tr.tree(max_depth=2, max_children=2, min_share=0.01,
                                             max_lines=20)),
@@ -123,7 +126,7 @@ def analyses(tr):
     out += [("compare.compare", lambda: compare(tr, tr)),
             ("compare.compare text", lambda: compare(tr, tr).text()),
             ("report.compare_text", lambda: xsp.report.compare_text(tr, tr)),
-            ("report.median_iteration", lambda: xsp.report.median_iteration(tr))]
+            ("report.summary.median_iteration", lambda: xsp.report.summary.median_iteration(tr))]
     # compiled's readers of a trace (compile_mask, compiling_steps, compiles, summary, ...):
     # every name of its __all__ but its recording side and constants
     out += [("compiled." + f, lambda f=f: getattr(compiled, f)(tr))
@@ -134,7 +137,8 @@ def analyses(tr):
             for f in distributed.__all__ if f not in DISTRIBUTED_NOT_READERS]
     out += [("distributed.rank_trace", lambda: [distributed.rank_trace(tr, int(r)) for r in
                                                 sorted(set(distributed.rank_of(tr).tolist()))]),
-            ("distributed.merge", lambda: distributed.merge([tr, tr], allow_missing=True))]
+            ("distributed.merge", lambda: distributed.merge([tr, tr], allow_missing=True)),
+            ("distributed.text", lambda: xsp.report.ranks.text(tr))]
     return out
 
 
@@ -183,7 +187,10 @@ def everything(tr, tmp_path, deep=True, html=True):
 def test_the_lists_cover_every_exporter_and_analysis(tmp_path):
     """exporters() and analyses() name every public function of the modules they cover, so a
     new analysis or exporter cannot be left out of these tests unnoticed."""
-    from xsp import compiled, distributed, flops, memory
+    from xsp.analysis import compiled
+    from xsp.analysis import distributed
+    from xsp.analysis import flops
+    from xsp.analysis import memory
     tr = xsp.Trace.from_spans([S("r", "region", 0, 10)])
     names = {n.split(" ")[0] for n, _ in exporters(tr, tmp_path) + analyses(tr)}
     covered = {"analysis": set(A.__all__), "flops": set(flops.__all__) - {"footprint"},
@@ -191,21 +198,21 @@ def test_the_lists_cover_every_exporter_and_analysis(tmp_path):
                "compiled": set(compiled.__all__) - COMPILED_NOT_READERS,
                "distributed": set(distributed.__all__) - DISTRIBUTED_NOT_READERS | {
                    "rank_trace", "merge"},
-               "report": set(xsp.report.__all__) - {"fmt_ns", "compare"},
-               "chrome": set(xsp.chrome.__all__)}
+               "report": set(xsp.report.__all__) - {"compare", "compare_text"},
+               "chrome": set(xsp.formats.chrome.__all__) - {"read"}}
     if HAVE_OTLP:
-        covered["otlp"] = {"spans", "write_json"}
+        covered["otlp"] = {"spans", "write"}
     for mod, want in covered.items():
         assert {mod + "." + f for f in want} <= names, mod
-    assert {"save/load", "to_kineto", "kineto.write", "compare.compare"} <= names
+    assert {"save/load", "kineto.write", "compare.compare"} <= names
     # what is left out takes no Trace: footprint (a tensor), fmt_ns (a number),
     # report.compare (an alias of compare.compare), the OTLP to_json/send (as write_json,
     # and a network), distributed's recording helpers, compiled's recording side
     assert {"compile_mask", "compiling_steps", "compiles", "summary"} <= covered["compiled"]
-    assert {"rank_of", "collectives", "ranks", "text"} <= covered["distributed"]
+    assert {"rank_of", "collectives", "ranks"} <= covered["distributed"]
+    assert "distributed.text" in names      # the cross-rank text: xsp.report.ranks
     assert set(distributed.__all__) - covered["distributed"] == {
-        "active", "exchange", "start_meta", "stop_meta", "offset_at", "error_ns",
-        "MergeError", "COMM"}
+        "offset_at", "error_ns", "MergeError", "COMM"}
 
 
 # -- regressions found by fuzzing ---------------------------------------------------------------
@@ -246,7 +253,7 @@ def test_attributes_named_like_columns_or_of_the_wrong_type_keep_the_table_sane(
     assert tr[1].attrs["mem_bytes"] == "aten::addmm"          # the stored value, unchanged
     assert A.layers(tr)["name"].tolist() == ["fc"]
     assert A.layers(tr)["allocated_bytes"].isna().all()
-    xsp.chrome.write(tr, str(tmp_path / "t.json"))
+    xsp.formats.chrome.write(tr, str(tmp_path / "t.json"))
     doc = json.loads((tmp_path / "t.json").read_text())
     assert [e["args"] for e in doc["traceEvents"] if e["ph"] == "X"][1] == {
         "type": "Linear", "attr.id": "x", "attr.parent": 7, "mem_bytes": "aten::addmm",
@@ -254,12 +261,12 @@ def test_attributes_named_like_columns_or_of_the_wrong_type_keep_the_table_sane(
 
 
 def test_pid_meta_that_is_not_an_int_falls_back_to_0(tmp_path):
-    """Regression guard (bug: a `pid` meta stored as a string made xsp.chrome.write raise
+    """Regression guard (bug: a `pid` meta stored as a string made xsp.formats.chrome.write raise
     ValueError: invalid literal for int())."""
     import json
     for bad in ("abc", "1", 1.5, -1, 2 ** 31, -2 ** 63):
         tr = xsp.Trace.from_spans([S("r", "region", 0, 1000)], meta={"pid": bad})
-        xsp.chrome.write(tr, str(tmp_path / "t.json"))
+        xsp.formats.chrome.write(tr, str(tmp_path / "t.json"))
         doc = json.loads((tmp_path / "t.json").read_text())
         assert {e["pid"] for e in doc["traceEvents"]} == {0}
         assert doc["otherData"]["xsp"]["pid_note"] == (
@@ -267,7 +274,7 @@ def test_pid_meta_that_is_not_an_int_falls_back_to_0(tmp_path):
             % (bad,))
         assert doc["otherData"]["xsp"]["meta"]["pid"] == bad
     tr = xsp.Trace.from_spans([S("r", "region", 0, 1000)], meta={"pid": 4242})
-    xsp.chrome.write(tr, str(tmp_path / "t.json"))
+    xsp.formats.chrome.write(tr, str(tmp_path / "t.json"))
     doc = json.loads((tmp_path / "t.json").read_text())
     assert {e["pid"] for e in doc["traceEvents"]} == {4242}
     assert "pid_note" not in doc["otherData"]["xsp"]
@@ -306,7 +313,7 @@ def test_names_that_are_not_utf8_in_a_file_print_as_question_marks(tmp_path):
     assert back.tree().splitlines()[1] == "└─ lin?? [module T?] 80 ns"
     back.tree().encode("utf-8")               # printable: no lone surrogates left
     assert "lin??" in xsp.report.text(back)
-    xsp.chrome.write(back, str(tmp_path / "t.json"))
+    xsp.formats.chrome.write(back, str(tmp_path / "t.json"))
     import json
     doc = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
     assert [(e["name"], e["args"].get("type")) for e in doc["traceEvents"] if e["ph"] == "X"] \
@@ -516,11 +523,11 @@ def test_times_past_2_63_keep_their_value_in_every_export(tmp_path):
     tr = HOSTILE["times past 2**63"]
     roof = A.roofline(tr, by="layer", peak_gflops=100.0, peak_dram_gbps=10.0)
     assert roof["layer"].tolist() == ["m"] and roof["forward_ns"].tolist() == [92]
-    one = xsp.distributed.rank_trace(tr, 0)
+    one = xsp.analysis.distributed.rank_trace(tr, 0)
     assert one.start_ns.view(np.uint64).tolist() == tr.start_ns.view(np.uint64).tolist()
     assert one.end_ns.view(np.uint64).tolist()[0] == 2 ** 64 - 1
     if HAVE_OTLP:
-        spans = xsp.otlp.spans(tr)
+        spans = xsp.formats.otlp.spans(tr)
         assert [(s.start_time, s.end_time) for s in spans][:2] == [
             (2 ** 63 + 5, 2 ** 64 - 1), (2 ** 63 + 5, 2 ** 63 + 200)]
 
@@ -531,23 +538,23 @@ def test_otlp_times_outside_its_range_raise_time_range_error():
     TimeRangeError (a ValueError) naming the span, not the encoder's "Value out of range"."""
     tr = xsp.Trace.from_spans([S("r", "region", 0, 10), S("m", "module", 2, 2 ** 64 - 9, 0)],
                               meta={"levels": "ML", "clock.wall_offset_ns": 10})
-    with pytest.raises(xsp.otlp.TimeRangeError, match=re.escape(
+    with pytest.raises(xsp.formats.otlp.TimeRangeError, match=re.escape(
             "span 1 ends past 2**64-1 ns once anchored to the wall clock (offset 10 ns, "
             "recorded): the trace's times are not what its meta says")):
-        xsp.otlp.spans(tr)
+        xsp.formats.otlp.spans(tr)
     tr = xsp.Trace.from_spans([S("r", "region", 5, 10)],
                               meta={"levels": "ML", "clock.wall_offset_ns": -6})
-    with pytest.raises(xsp.otlp.TimeRangeError, match=re.escape(
+    with pytest.raises(xsp.formats.otlp.TimeRangeError, match=re.escape(
             "span 0 starts before the Unix epoch once anchored to the wall clock (offset -6 "
             "ns, recorded)")):
-        xsp.otlp.write_json(tr, os.devnull)
+        xsp.formats.otlp.write_json(tr, os.devnull)
 
 
 def test_html_tree_of_times_on_both_sides_of_2_63_does_not_overflow():
     """Regression guard (bug: the HTML tree of a whole trace took its reference time as
     end.max() - start.min() in int64, which overflowed, with a RuntimeWarning and a nonsense
     share, for a trace with times below and at or above 2**63)."""
-    from xsp import _html
+    from xsp.report import parts as _html
     tr = xsp.Trace.from_spans([S("m", "op", 5, 10), S("x", "op", 2 ** 63 + 1, 2 ** 63 + 2)],
                               meta={"levels": "ML"})
     with warnings.catch_warnings():
@@ -565,20 +572,20 @@ def test_report_tables_fill_gaps_in_numeric_columns_without_a_pandas_upcast():
     df = pd.DataFrame({"name": ["a", "b"], "flops": [1.5, float("nan")], "calls": [1, 2]})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = xsp.report._pretty(df)
+        out = xsp.report.summary._pretty(df)
     assert out.to_string().splitlines() == ["  name flops  calls", "0    a   1.5      1",
                                             "1    b     -      2"]
 
 
 def test_memory_spans_leave_out_partial_or_odd_memory_attributes():
-    """Regression guard (bug: xsp.memory.spans cast NaN, where a mem.<dev>.* attribute was
+    """Regression guard (bug: xsp.analysis.memory.spans cast NaN, where a mem.<dev>.* attribute was
     missing or not a number, to int64: -2**63 in the table and a RuntimeWarning).  A span has
     memory on a device when it has all six numbers in range, as recording and load_kineto
     write them; the rest are left out."""
     tr = HOSTILE["memory attributes of odd values"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        df = xsp.memory.spans(tr)
+        df = xsp.analysis.memory.spans(tr)
     assert df[["id", "device", "allocs", "alloc_bytes", "frees", "freed_bytes", "self_bytes",
                "peak_bytes", "total_bytes"]].values.tolist() == [
         [4, "other", 2, 7, 2, 9, -2, 4, 2]]

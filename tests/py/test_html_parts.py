@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import xsp
-from xsp import _html as H
+from xsp.report import parts as H
 
 STREAM = 7
 US = 1000

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import xsp
-from xsp import analysis
+from xsp.analysis import tables as analysis
 
 POOL = "intra-op thread 1"
 
@@ -109,7 +109,7 @@ def test_the_links_are_flows_in_kineto_and_chrome_exports(trace, tmp_path):
         if fmt == "kineto":
             tr.to_kineto(str(path))
         else:
-            xsp.chrome.write(tr, str(path))
+            xsp.formats.chrome.write(tr, str(path))
         ev = json.loads(path.read_text())["traceEvents"]
         flows = [e for e in ev if e.get("cat") == "xsp_intraop"]
         s = sorted((e["id"], e["ts"]) for e in flows if e["ph"] == "s")

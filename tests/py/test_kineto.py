@@ -1,4 +1,4 @@
-"""Kineto's JSON (xsp/kineto.py): xsp's export checked field by field against torch.profiler's
+"""Kineto's JSON (xsp/formats/kineto.py): xsp's export checked field by field against torch.profiler's
 own trace of the same workload and loaded by the real tools (HTA, TensorBoard's profiler
 plugin), torch.profiler traces read into xsp traces, the round trip, and hostile files.
 
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import xsp
-from xsp import analysis
+from xsp.analysis import tables as analysis
 
 STEPS = 4
 TOOLS = os.environ.get("XSP_TEST_TOOLS") == "1"
@@ -611,8 +611,8 @@ def test_memory_events_round_trip_exactly(tmp_path):
     moved = want.pop(("step", tr.spans(kind="step")[0].start_ns))
     assert sums(back) == want and len(want) > 20
     assert (moved["mem.cpu.frees"], moved["mem.cpu.allocs"]) == (3, 0)
-    ours = xsp.memory.summary(tr)["cpu"]
-    assert xsp.memory.summary(back)["cpu"] == {
+    ours = xsp.analysis.memory.summary(tr)["cpu"]
+    assert xsp.analysis.memory.summary(back)["cpu"] == {
         **ours, "frees": ours["frees"] - 3,
         "freed_bytes": ours["freed_bytes"] - moved["mem.cpu.freed_bytes"],
         "outside_alloc_bytes": 0, "outside_freed_bytes": moved["mem.cpu.freed_bytes"]}
@@ -638,7 +638,7 @@ def test_tensorboard_memory_view_opens_on_the_export(tmp_path):
     assert got == {name: v for name, v in ours.items() if name in got}
     assert sum(v[0] for v in got.values()) > 10
     curve = prof.get_memory_curve(time_metric="us", memory_metric="B")
-    peak = xsp.memory.summary(tr)["cpu"]["peak_bytes"]
+    peak = xsp.analysis.memory.summary(tr)["cpu"]["peak_bytes"]
     assert curve["metadata"]["peaks"]["CPU"] == "Peak Memory Usage: %.1fB" % peak
 
 

@@ -17,7 +17,8 @@ import textwrap
 import pytest
 
 import xsp
-from xsp import _core, kineto
+from xsp import _core
+from xsp.formats import kineto
 
 EVENT = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
 
@@ -276,7 +277,11 @@ def torch_trace(tmp_path_factory):
 
 def _everything(tr, tmp_path):
     """Every exporter and the analyses that take a Trace; only typed errors may escape."""
-    from xsp import analysis, chrome, flops, memory, report
+    from xsp import report
+    from xsp.analysis import tables as analysis
+    from xsp.formats import chrome
+    from xsp.analysis import flops
+    from xsp.analysis import memory
     steps = [
         lambda: tr.tree(max_depth=4), tr.to_pandas,
         lambda: xsp.load(_saved(tr, tmp_path)),

@@ -1,13 +1,15 @@
 """The layering of the Python package (docs/design.md, "Python layers"), checked on the source.
 
-Every xsp/*.py is parsed with ast; its imports of xsp modules (absolute `xsp.x`, relative `.x`,
-`from . import x`, those inside functions too, and importlib.import_module with a constant
-name) are the edges of the import graph.  The graph must have no cycle, and every edge must go
-from a module to one in a lower layer of LAYERS (or be one of the same-layer imports in
-SAME_LAYER).  Outside the data layer, no module may read a private member of a Trace or Span:
-the attribute names that trace.py itself gives Trace and Span and starts with one underscore
-may not appear as an attribute in the modules above it, unless that module defines the name
-itself (its own private attributes and functions).
+The package's folders are its layers, bottom to top (LAYERS): core (the small modules over the C
+extensions, which sit beside them), values, formats, then producers and analysis side by side
+(neither imports the other), report, and on top perf, the pytest plugin and the entry points
+(cli, demo, the zoo, the package itself).  Every xsp/**/*.py is parsed with ast; its imports of
+xsp modules (absolute, relative, from-package, inside functions, importlib.import_module with a
+constant name) are the edges of the import graph.  The graph must have no cycle, and every edge
+must go down the layers or stay in its folder (or be one of ENTRY_POINT_EDGES).  The one
+exception: a function that warns of a deprecated spelling (calls deprecated()) or is a
+notebook's view (_repr_html_) may import upward, to hand the call to the new spelling.  Outside
+the values, no module may read a private member of a Trace or Span.
 """
 import ast
 import glob
@@ -16,76 +18,51 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = os.path.join(ROOT, "xsp")
 
-# The layers, bottom to top: a module imports only from the layers below its own.
+# the units (a folder, or a module at the top) and their layers
 LAYERS = {
-    # L0: the C extensions (the core, the torch shim, the dev-only benchmark helpers) and the
-    # small modules that import no other xsp module
-    "_core": 0, "_torch": 0, "_bench": 0, "_util": 0, "_version": 0, "errors": 0, "levels": 0,
-    "models": 0,
-    # _tree: the walks over a parent array (nearest_ancestor, ancestor_count, self_time), which
-    # trace re-exports; iterations: the iteration rule over plain arrays (the analyses and the
-    # Kineto export share it)
-    "_tree": 0, "iterations": 0,
-    # peaks measures the machine's FLOP/s and bandwidth for the roofline (torch inside its
-    # functions; it imports only _util)
-    "peaks": 0,
-    # kineto reads and writes Kineto's JSON with the C core only (trace.py uses it for
-    # Trace.to_kineto and load_kineto; it takes a Trace by duck typing)
-    "kineto": 0,
-    # L1: the data layer (Trace, Span, load, files, from_spans)
-    "trace": 1,
-    # L2: analyses and exporters, over the public API of Trace and Span
-    "analysis": 2, "chrome": 2, "compare": 2,
-    # flops: FLOPs and bytes per op, layer, step and model from the op input attributes
-    "flops": 2,
-    # memory: memory per op and layer, the memory timeline (profile_memory)
-    "memory": 2,
-    # compiled: torch.compile's compilations as spans (Dynamo's callbacks, which profiler
-    # installs) and the source modules of compiled code; reads traces by the public API
-    "compiled": 2,
-    # distributed: clock samples (profiler calls them), merging ranks, analyses across ranks
-    "distributed": 2,
-    # otlp builds OpenTelemetry spans from a Trace (the SDK is imported inside its functions)
-    "otlp": 2,
-    # _html draws a Trace's timeline and tree for the reports: a helper of the data layer
-    # (it imports only trace and _util; test_the_graph_is_read checks)
-    "_html": 2,
-    # L3: reports, over the analyses (a Measurement is recognised by duck typing)
-    "report": 3,
-    # L4: producers of traces and measurements
-    "profiler": 4, "leveled": 4,
-    # L5: performance tests over measurements (perf) and the pytest plugin over them
+    "_core": -1, "_torch": -1, "_bench": -1, "_version": -1,     # the C extensions, the version
+    "core": 0, "models": 0,
+    "values": 1,
+    "formats": 2,
+    "producers": 3, "analysis": 3,
+    "report": 4,
     "perf": 5, "pytest_plugin": 6,
-    # L7: the entry points and the package itself
-    "cli": 7, "demo": 7, "__main__": 7, "__init__": 7,
-    # the evaluation pipeline, the subpackage xsp/zoo as one node (its own modules are checked
-    # by test_the_zoo_sits_on_top): an entry point over the whole public API
-    "zoo": 7,
+    "cli": 7, "demo": 7, "__main__": 7, "__init__": 7, "zoo": 7,
 }
-# imports allowed within one layer (the graph must still have no cycle): errors re-exports the
-# exception classes the C core defines; measure runs profiles; comparing two runs compares
-# their analyses (and their FLOPs and memory); the analyses across ranks find each rank's
-# iterations as the analyses do; the roofline reads xsp.flops' op costs; the entry points use
-# the package
-SAME_LAYER = {("errors", "_core"), ("iterations", "_tree"), ("kineto", "iterations"), ("kineto", "_core"), ("kineto", "_util"), ("peaks", "_util"),
-              ("leveled", "profiler"), ("compare", "analysis"), ("analysis", "flops"),
-              ("compare", "flops"), ("compare", "memory"), ("distributed", "analysis"),
-              ("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli"), ("cli", "zoo")}
-# the modules above the data layer that must not touch a Trace's or Span's private members
-# (profiler.py builds the Trace and is checked by the layer rule only)
-PUBLIC_API_ONLY = ("analysis", "chrome", "otlp", "compare", "_html", "report", "leveled", "cli",
-                   "demo", "flops", "memory", "compiled")
+# units of one layer that must not import each other
+APART = {("producers", "analysis"), ("analysis", "producers")}
+# the entry points use the package, the CLI hands `xsp zoo` to the zoo's
+ENTRY_POINT_EDGES = {("cli", "__init__"), ("demo", "__init__"), ("__main__", "cli"),
+                     ("cli", "zoo"), ("zoo", "__init__")}
+# the modules that must not touch a Trace's or Span's private members (the values may; the
+# formats' kineto writer and the producers' profiler build and write the C trace directly)
+PUBLIC_API_ONLY = ("analysis.tables", "analysis.flops", "analysis.memory", "analysis.compare",
+                   "analysis.compiled", "formats.chrome", "formats.otlp", "report.summary",
+                   "report.parts", "report.ranks", "report.__init__", "producers.leveled",
+                   "values.measurement", "cli", "demo", "perf")
+# functions that may import upward: they hand a deprecated spelling to its new home, or draw
+# a value in a notebook
+UPWARD_OK_NAMES = ("_repr_html_",)
 
 
 def _sources():
-    return {os.path.splitext(os.path.basename(p))[0]: p
-            for p in sorted(glob.glob(os.path.join(PKG, "*.py")))}
+    """{dotted module name under xsp ("values.trace", "cli", "zoo.runner"): path}."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(PKG, "**", "*.py"), recursive=True)):
+        rel = os.path.relpath(path, PKG)[:-3].split(os.sep)
+        if rel[-1] == "__init__" and len(rel) > 1:
+            rel = rel[:-1] + ["__init__"]
+        out[".".join(rel)] = path
+    return out
 
 
 def _modules():
-    """Every module name of the package: the .py files and the C extensions in the table."""
-    return set(_sources()) | {m for m in LAYERS if m.startswith("_") and m != "__init__"
-                              and m != "__main__"}
+    return set(_sources()) | {"_core", "_torch", "_bench"}
+
+
+def unit(mod):
+    """The layer unit of a module: its folder, or itself at the top."""
+    return mod.split(".")[0]
 
 
 def _parse(path):
@@ -93,72 +70,114 @@ def _parse(path):
         return ast.parse(f.read(), filename=path)
 
 
-def _target(name, modules):
-    """The module that importing xsp submodule or attribute `name` of the package loads."""
-    return name if name in modules else "__init__"
+def _resolve(dotted, modules):
+    """The module that importing xsp.<dotted> loads: the longest prefix that is a module, a
+    package standing for its __init__."""
+    parts = dotted.split(".") if dotted else []
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in modules:
+            return name
+        if name + ".__init__" in modules:
+            return name + ".__init__"
+    return "__init__"
 
 
-def imports(mod, path, modules):
-    """[(imported module, line)] of the xsp modules that module mod imports."""
+def _package_of(mod):
+    parts = mod.split(".")
+    return parts[:-1]
+
+
+def _exempt_lines(tree):
+    """The lines of the functions that may import upward (see the module's docstring)."""
+    lines = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        calls = {getattr(c.func, "id", getattr(c.func, "attr", None))
+                 for c in ast.walk(fn) if isinstance(c, ast.Call)}
+        if "deprecated" in calls or fn.name in UPWARD_OK_NAMES:
+            lines.update(range(fn.lineno, fn.end_lineno + 1))
+    return lines
+
+
+def imports(mod, path, modules, exempt=False):
+    """[(imported module, line)] of the xsp modules module mod imports; with exempt, also those
+    in the functions of _exempt_lines (left out otherwise)."""
     out = []
-    for node in ast.walk(_parse(path)):
+    tree = _parse(path)
+    skip = set() if exempt else _exempt_lines(tree)
+    pkg = _package_of(mod)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 parts = a.name.split(".")
                 if parts[0] == "xsp":
-                    out.append((parts[1] if len(parts) > 1 else "__init__", node.lineno))
+                    out.append((_resolve(".".join(parts[1:]), modules), node.lineno))
         elif isinstance(node, ast.ImportFrom):
-            assert node.level <= 1, "%s:%d: import from outside the package" % (
-                path, node.lineno)
-            if node.level == 1 or node.module == "xsp" or (node.module or "").startswith(
-                    "xsp."):
-                sub = node.module if node.level == 1 else node.module[len("xsp"):].lstrip(".")
-                if sub:
-                    out.append((sub.split(".")[0], node.lineno))
-                else:                           # from . import x / from xsp import x
-                    out.extend((_target(a.name, modules), node.lineno) for a in node.names)
+            if node.level:
+                base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+                dotted = ".".join(base + ([node.module] if node.module else []))
+            elif node.module == "xsp" or (node.module or "").startswith("xsp."):
+                dotted = node.module[len("xsp"):].lstrip(".")
+            else:
+                continue
+            for a in node.names:        # from P import m: the module P.m when there is one
+                sub = (dotted + "." + a.name) if dotted else a.name
+                target = _resolve(sub, modules)
+                out.append((target if target != "__init__" or not dotted
+                            else _resolve(dotted, modules), node.lineno))
         elif (isinstance(node, ast.Call) and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
               and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
-            name = node.args[0].value           # relative names: to the package
-            sub = name[1:] if name.startswith(".") else \
-                name[len("xsp"):].lstrip(".") if name.split(".")[0] == "xsp" else None
-            if sub is not None:
-                out.append((sub.split(".")[0] or "__init__", node.lineno))
-    return [(m, line) for m, line in out if m != mod]
+            name = node.args[0].value
+            if name.split(".")[0] == "xsp":
+                out.append((_resolve(name[len("xsp"):].lstrip("."), modules), node.lineno))
+    return [(m, line) for m, line in out if m != mod and line not in skip]
 
 
-def graph():
-    """{module: [(imported module, line)]} over every xsp/*.py."""
+def graph(exempt=False):
+    """{module: [(imported module, line)]} over every xsp/**/*.py."""
     modules = _modules()
-    return {mod: imports(mod, path, modules) for mod, path in _sources().items()}
+    return {mod: imports(mod, path, modules, exempt) for mod, path in _sources().items()}
 
 
 def _where(mod, line):
-    return "xsp/%s.py:%d" % (mod, line)
+    return "%s:%d" % (os.path.relpath(_sources().get(mod, mod), ROOT), line)
 
 
 def test_every_module_has_a_layer():
-    assert sorted(set(_sources()) - set(LAYERS)) == [], \
-        "put the new module(s) in LAYERS of tests/py/test_layering.py"
-    g = graph()
-    unknown = ["%s: imports %s, which is not in LAYERS" % (_where(m, line), dst)
-               for m, edges in g.items() for dst, line in edges if dst not in LAYERS]
-    assert unknown == [], "\n".join(unknown)
+    assert sorted({unit(m) for m in _sources()} - set(LAYERS)) == [], \
+        "put the new folder or module in LAYERS of tests/py/test_layering.py"
+
+
+def test_the_folders_are_the_layers():
+    """No module of the package lives at the top but the C extensions, the entry points and
+    the few the layers name: a new module goes in its layer's folder."""
+    top = sorted(m for m in _sources() if "." not in m)
+    assert top == ["__init__", "__main__", "_version", "cli", "demo", "models", "perf",
+                   "pytest_plugin"]
 
 
 def test_the_graph_is_read():
     """The collector sees the imports it is meant to see (so the checks below are not
-    vacuous): absolute, relative, from-package and inside-function imports."""
+    vacuous): absolute, relative, from-package and inside-function imports, and the exempt
+    ones only when asked."""
     g = graph()
     names = {m: {dst for dst, _ in edges} for m, edges in g.items()}
-    assert {"analysis", "_util"} <= names["report"]
-    assert {"profiler", "report", "trace", "levels", "errors"} <= names["leveled"]
-    assert {"__init__", "chrome", "report", "_util"} <= names["cli"]   # `import xsp`, lazy ones
-    assert {"__init__", "models", "chrome", "report"} <= names["demo"]  # `from xsp import ..`
-    assert names["trace"] <= {"_core", "_util", "levels", "errors", "kineto", "_tree"}
-    assert names["_html"] == {"trace", "_util"}
-    assert names["iterations"] == {"_tree"} and "iterations" in names["analysis"]
+    assert {"analysis.tables", "core.util"} <= names["report.summary"]
+    assert {"producers.profiler", "values.measurement", "core.levels", "core.errors"} <= \
+        names["producers.leveled"]
+    assert {"__init__", "formats.__init__", "report.__init__", "core.util"} <= names["cli"]
+    assert {"__init__", "models"} <= names["demo"]
+    assert names["values.trace"] <= {"_core", "core.util", "core.levels", "core.tree"}
+    assert names["report.parts"] == {"values.trace", "core.util"}
+    assert names["core.iterations"] == {"core.tree"}
+    assert "core.iterations" in names["analysis.tables"]
+    assert "zoo.store" in names["zoo.runner"]                     # relative, in a folder
+    exempt = {m: {dst for dst, _ in edges} for m, edges in graph(exempt=True).items()}
+    assert "formats.kineto" in exempt["values.trace"] - names["values.trace"]
+    assert "report.__init__" in exempt["values.measurement"] - names["values.measurement"]
 
 
 def test_no_import_cycle():
@@ -190,12 +209,34 @@ def test_imports_go_down_the_layers():
     bad = []
     for m, edges in sorted(graph().items()):
         for dst, line in edges:
-            if dst not in LAYERS or m not in LAYERS:
+            a, b = unit(m), unit(dst)
+            if a not in LAYERS or b not in LAYERS:
                 continue                        # test_every_module_has_a_layer says so
-            if LAYERS[dst] < LAYERS[m] or (m, dst) in SAME_LAYER:
+            if a == b or (a, b) in ENTRY_POINT_EDGES:
                 continue
-            bad.append("%s: %s (L%d) imports %s (L%d); a module imports only from the layers "
-                       "below its own" % (_where(m, line), m, LAYERS[m], dst, LAYERS[dst]))
+            if LAYERS[b] < LAYERS[a]:
+                continue
+            why = "are side by side and apart" if (a, b) in APART else \
+                "imports only from the layers below its own"
+            bad.append("%s: %s (%s, L%d) imports %s (%s, L%d); %s" % (
+                _where(m, line), m, a, LAYERS[a], dst, b, LAYERS[b], why))
+    assert bad == [], "\n".join(bad)
+
+
+def test_deprecated_spellings_warn():
+    """Every function that imports upward says it is deprecated, or is a notebook's view:
+    the exemption covers nothing else (checked from the other side)."""
+    bad = []
+    for mod, path in sorted(_sources().items()):
+        tree = _parse(path)
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name not in UPWARD_OK_NAMES:
+                calls = {getattr(c.func, "id", getattr(c.func, "attr", None))
+                         for c in ast.walk(fn) if isinstance(c, ast.Call)}
+                doc = ast.get_docstring(fn) or ""
+                if "deprecated" in calls and not doc.startswith("Deprecated"):
+                    bad.append("%s: %s warns but its docstring does not open 'Deprecated'"
+                               % (_where(mod, fn.lineno), fn.name))
     assert bad == [], "\n".join(bad)
 
 
@@ -207,7 +248,7 @@ def trace_private_names():
     def private(n):
         return n.startswith("_") and not n.startswith("__")
 
-    for cls in ast.walk(_parse(os.path.join(PKG, "trace.py"))):
+    for cls in ast.walk(_parse(os.path.join(PKG, "values", "trace.py"))):
         if not (isinstance(cls, ast.ClassDef) and cls.name in ("Trace", "Span")):
             continue
         for node in ast.walk(cls):
@@ -263,65 +304,27 @@ def test_no_trace_private_access_above_the_data_layer():
     private = trace_private_names() - {"_core"}
     bad = []
     for mod in PUBLIC_API_ONLY:
-        path = os.path.join(PKG, mod + ".py")
+        path = _sources()[mod]
         tree = _parse(path)
         forbidden = private - _own_private_names(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in forbidden:
-                bad.append("%s: .%s is private to xsp.trace (a Trace's or Span's); use the "
+                bad.append("%s: .%s is private to xsp.values.trace (a Trace's or Span's); use the "
                            "public API" % (_where(mod, node.lineno), node.attr))
     assert bad == [], "\n".join(sorted(bad))
-
-
-def _zoo_imports(path):
-    """[(kind, name, line)] of what an xsp/zoo/*.py imports from xsp: ("zoo", sibling) for its
-    own package's modules, ("xsp", module) for the package's ("__init__" for xsp itself)."""
-    out = []
-    for node in ast.walk(_parse(path)):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                parts = a.name.split(".")
-                if parts[0] == "xsp":
-                    if parts[1:2] == ["zoo"]:
-                        out.append(("zoo", parts[2] if len(parts) > 2 else "__init__",
-                                    node.lineno))
-                    else:
-                        out.append(("xsp", parts[1] if len(parts) > 1 else "__init__",
-                                    node.lineno))
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level == 1 or (node.level == 0 and mod.startswith("xsp.zoo")):
-                sub = mod if node.level == 1 else mod[len("xsp.zoo"):].lstrip(".")
-                names = [sub.split(".")[0]] if sub else [a.name for a in node.names]
-                out.extend(("zoo", n, node.lineno) for n in names)
-            elif node.level == 2 or (node.level == 0 and (mod == "xsp" or
-                                                          mod.startswith("xsp."))):
-                sub = mod if node.level == 2 else mod[len("xsp"):].lstrip(".")
-                names = [sub.split(".")[0]] if sub else [
-                    a.name if a.name in _modules() else "__init__" for a in node.names]
-                out.extend(("xsp", n, node.lineno) for n in names)
-            else:
-                assert node.level == 0, "%s:%d: import from outside the package" % (
-                    path, node.lineno)
-    return out
 
 
 def test_the_zoo_sits_on_top():
     """xsp/zoo imports xsp's modules of every layer below the entry points (and xsp itself),
     never the other entry points; nothing in xsp imports it but the CLI, so `import xsp`
     stays as light as it was."""
-    paths = sorted(glob.glob(os.path.join(PKG, "zoo", "*.py")))
-    assert paths, "xsp/zoo has no modules"
-    bad = []
-    for path in paths:
-        for kind, name, line in _zoo_imports(path):
-            if kind == "zoo":
-                if not os.path.exists(os.path.join(PKG, "zoo", name + ".py")):
-                    bad.append("%s:%d: xsp.zoo has no module %s" % (path, line, name))
-            elif name not in LAYERS or (LAYERS[name] >= 7 and name != "__init__"):
-                bad.append("%s:%d: imports xsp.%s" % (path, line, name))
+    g = graph()
+    bad = ["%s: imports %s" % (_where(m, line), dst) for m, edges in sorted(g.items())
+           if unit(m) == "zoo" for dst, line in edges
+           if unit(dst) != "zoo" and LAYERS.get(unit(dst), 99) >= 7 and dst != "__init__"]
     assert bad == [], "\n".join(bad)
-    users = sorted(m for m, edges in graph().items() if any(d == "zoo" for d, _ in edges))
+    users = sorted(m for m, edges in g.items() if unit(m) != "zoo"
+                   and any(unit(d) == "zoo" for d, _ in edges))
     assert users == ["cli"]
 
 
@@ -331,11 +334,11 @@ ZOO_READERS = {"analyses": {"store"}, "report": {"analyses", "store"}}
 
 
 def test_the_zoo_reports_read_the_store_only():
+    g = graph()
     bad = []
     for mod, allowed in sorted(ZOO_READERS.items()):
-        path = os.path.join(PKG, "zoo", mod + ".py")
-        for kind, name, line in _zoo_imports(path):
-            if kind == "zoo" and name not in allowed:
-                bad.append("%s:%d: xsp.zoo.%s imports xsp.zoo.%s; it reads the results through "
-                           "%s only" % (path, line, mod, name, ", ".join(sorted(allowed))))
+        for dst, line in g["zoo." + mod]:
+            if unit(dst) == "zoo" and dst.split(".")[1] not in allowed:
+                bad.append("%s: xsp.zoo.%s imports %s; it reads the results through %s only"
+                           % (_where("zoo." + mod, line), mod, dst, ", ".join(sorted(allowed))))
     assert bad == [], "\n".join(bad)

@@ -13,7 +13,8 @@ from torch import nn
 
 import xsp
 from xsp import _core
-from xsp.leveled import _Progress, trimmed_stats
+from xsp.producers.leveled import _Progress
+from xsp.values.measurement import trimmed_stats
 from helpers import descendants
 
 STEP = 1000

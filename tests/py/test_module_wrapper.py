@@ -9,7 +9,7 @@ from torch import nn
 
 import xsp
 from xsp import _core
-from xsp import profiler as P
+from xsp.producers import profiler as P
 
 
 class Net(nn.Module):

@@ -221,7 +221,7 @@ def test_memory_read_from_torch_trace_equals_torch_profiler(case, tmp_path):
     assert tr.counters["kineto.skipped"] == 2       # "Iteration Start", "Record Window End"
     cpu_threads = {tid for tid, _, kind in tr.threads if kind == 0}
     assert _self_mem_xsp(tr, cpu_threads) == theirs
-    total = xsp.memory.summary(tr)["cpu"]
+    total = xsp.analysis.memory.summary(tr)["cpu"]
     assert total["alloc_bytes"] + total["outside_alloc_bytes"] == sum(
         a["Bytes"] for a in mem if a["Bytes"] > 0)
     assert total["freed_bytes"] + total["outside_freed_bytes"] == -sum(
@@ -294,7 +294,7 @@ def test_flops_of_xsp_traces_equal_flop_counter(case):
         _step(model, x)
     with xsp.profile(levels="ML", record_shapes=True) as prof:
         _step(model, x)
-    s = xsp.flops.summary(prof.trace)
+    s = xsp.analysis.flops.summary(prof.trace)
     assert s["flops"] == fc.get_total_flops() > 0
     assert s["failed"] == {}
 
@@ -355,7 +355,7 @@ def test_op_table_by_shape_groups_as_key_averages():
 
 
 def test_memory_plot_and_report_section():
-    from xsp import _html
+    from xsp.report import parts as _html
     rows = [{"time_ns": 100, "start_ns": 0, "total_bytes": 1024, "peak_bytes": 2048,
              "name": "aten::a"},
             {"time_ns": 300, "start_ns": 200, "total_bytes": 512, "peak_bytes": 512,
@@ -363,8 +363,8 @@ def test_memory_plot_and_report_section():
     svg = _html.memory_svg(rows, notes=["n1"])
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     assert svg.count("<circle") == 1                       # b's peak is its total: no dot
-    assert "aten::a: peak 2 KiB inside it, 1 KiB after" in svg
-    assert "peak 2 KiB (aten::a)" in svg and ">n1</text>" in svg
+    assert "aten::a: peak 2.0 KiB inside it, 1.0 KiB after" in svg
+    assert "peak 2.0 KiB (aten::a)" in svg and ">n1</text>" in svg
     assert "no memory events on cuda" in _html.memory_svg([], device="cuda")
     with pytest.raises(ValueError, match="at least 400 x 160"):
         _html.memory_svg(rows, width=100)

@@ -1,4 +1,4 @@
-"""OTLP export (xsp/otlp.py, docs/format.md "OTLP"): traces sent to a local OTLP/HTTP receiver
+"""OTLP export (xsp/formats/otlp.py, docs/format.md "OTLP"): traces sent to a local OTLP/HTTP receiver
 that the tests start (http.server on 127.0.0.1, port 0), each request decoded with
 opentelemetry-proto and compared with the trace field by field; receivers that refuse, answer
 503 or stall; the OTLP/JSON file read back into the request that was sent; the command line.
@@ -39,7 +39,7 @@ json_format = tool("google.protobuf.json_format")
 trace_service_pb2 = tool("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 trace_pb2 = tool("opentelemetry.proto.trace.v1.trace_pb2")
 
-from xsp import otlp  # noqa: E402
+from xsp.formats import otlp  # noqa: E402
 
 OFFSET = 1_700_000_000_000_000_000          # wall - monotonic of the hand-made traces
 TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
@@ -287,7 +287,7 @@ def test_import_works_without_opentelemetry():
     code = ("import sys; sys.modules['opentelemetry'] = None\n"
             "import xsp, xsp.otlp\n"
             "try:\n"
-            "    xsp.otlp.spans(xsp.Trace.from_spans([]))\n"
+            "    xsp.formats.otlp.spans(xsp.Trace.from_spans([]))\n"
             "except ImportError as e:\n"
             "    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -320,7 +320,7 @@ def test_one_trace_per_step():
         otlp.send(tr, rx.url, trace_per="step", trace_id=TRACE_ID)
     received = rx.spans()
     by_xsp = check_against(tr, received)
-    step_ids = tr.nearest_ancestor(tr.kind_codes == xsp.trace.KINDS.index("step")).tolist()
+    step_ids = tr.nearest_ancestor(tr.kind_codes == xsp.values.trace.KINDS.index("step")).tolist()
     tid = [sp.trace_id for _, sp in received]
     steps = [s.id for s in tr.spans(kind="step")]
     assert len({tid[s] for s in steps}) == 3 and TRACE_ID.to_bytes(16, "big") not in \

@@ -10,8 +10,8 @@ import torch
 
 import xsp
 from xsp import _core, perf
-from xsp.leveled import Measurement
-from xsp.trace import KINDS, Trace
+from xsp.values.measurement import Measurement
+from xsp.values.trace import KINDS, Trace
 
 
 def mlp():
@@ -160,7 +160,7 @@ def test_gpu_counts_from_the_mlg_run():
     traces = {r: synthetic_trace(r, repeat, extra_kernel_in=1) for r in ("M", "ML", "MLG")}
     m = Measurement("MLG", traces, warmup=0, repeat=repeat, trim=0.0, batch_size=None)
     r = perf.from_measurement(m, name="synthetic")
-    assert r.latency["samples_ns"] == [9000.0] * 3
+    assert r.latency.samples_ns == (9000.0,) * 3
     assert r.ops == {"aten::mm": 1}
     c = r.counts
     assert (c["kernels"], c["copies"], c["copies_htod"], c["copies_dtoh"], c["copy_bytes"],
@@ -174,7 +174,7 @@ def test_gpu_counts_from_the_mlg_run():
     assert e.value.failures == [
         "gemm: 2 launches per iteration, budget 1 (+1)",
         "synchronisations: 1 per iteration, budget 0 (+1)",
-        "bytes copied: 4.02 KiB per iteration, budget 4.00 KiB (+16 B)"]
+        "bytes copied: 4.0 KiB per iteration, budget 4.0 KiB (+16 B)"]
     r.check(kernels=2, copies=2, copies_htod=1, copies_dtoh=1, syncs=1)
     # against itself: equal; against a run without the extra kernel: the count changed
     assert r.compare(r).status == "ok"
@@ -215,14 +215,14 @@ def result(samples, ops=None, layers=None, name="w"):
 def test_latency_budget_is_beyond_noise_only():
     # mean 1000, sample std 100 (ddof 1) over 4 samples: noise = 2 * 100 / sqrt(4) = 100
     r = result([900, 900, 1100, 1100])
-    assert r.latency["std_ns"] == pytest.approx(2 / math.sqrt(3) * 100)
-    s = r.latency["std_ns"]
+    assert r.latency.std_ns == pytest.approx(2 / math.sqrt(3) * 100)
+    s = r.latency.std_ns
     noise = 2 * s / 2
     r.check(latency="%f ns" % (1000 - noise + 0.01))         # within the noise: passes
     with pytest.raises(perf.BudgetExceeded) as e:
         r.check(latency="%f ns" % (1000 - noise - 1))
     assert e.value.failures[0].startswith("latency 1.000 us ± %s (4 iterations) is over the "
-                                          "budget" % xsp.report.fmt_ns(s))
+                                          "budget" % xsp.core.util.fmt_ns(s))
     # one sample has no spread: a mean over the budget fails
     with pytest.raises(perf.BudgetExceeded):
         result([1000]).check(latency=999e-9)
@@ -238,7 +238,7 @@ def test_baseline_latency_verdicts_and_threshold():
     assert (v.status, v.regressed, v.latency["verdict"]) == ("regressed", True, "slower")
     assert v.latency["delta_share"] == pytest.approx(0.1)
     assert v.lines() == ["latency 1.000 us -> 1.100 us: +100 ns (+10.0%%), beyond the noise "
-                         "(%s) and the threshold (5%%)" % xsp.report.fmt_ns(
+                         "(%s) and the threshold (5%%)" % xsp.core.util.fmt_ns(
                              v.latency["noise_ns"])]
     assert slow.compare(base, threshold=10.5).status == "ok"      # within the threshold
     fast = result([900, 910, 890, 900, 900])
@@ -347,7 +347,7 @@ def test_layer_budgets(fake_clock):
     r.check(layers={"0": "1 s"})
     with pytest.raises(perf.BudgetExceeded) as e:
         r.check(layers={"0": "1 ns", "enc": "1 ms"})
-    assert e.value.failures[0].startswith("layer 0: %s ± " % xsp.report.fmt_ns(np.mean(fc)))
+    assert e.value.failures[0].startswith("layer 0: %s ± " % xsp.core.util.fmt_ns(np.mean(fc)))
     assert "is over the budget 1 ns by" in e.value.failures[0]
     assert e.value.failures[1] == "layer enc: no module of that name ran (modules: 0, 1, 2)"
     m_only = perf.measure(step, levels="M", repeat=2, warmup=0, count_memory=False)

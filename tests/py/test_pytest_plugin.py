@@ -67,7 +67,7 @@ def test_step(xsp_measure):
 @pytest.mark.xsp(repeat=3)
 def test_marked(xsp_measure):
     m = xsp_measure(train_step, warmup=1)
-    assert m.latency["n"] == 3
+    assert m.latency.n == 3
 """
 
 
@@ -114,7 +114,7 @@ def test_passing_tests_summary_json_and_junitxml(project):
     assert "xsp performance (2 measurements)" in text
     row = [ln for ln in r.outlines if ln.startswith("test_project.py::test_step::train_step")]
     assert len(row) == 1
-    assert xsp.report.fmt_ns(step["mean_ns"]) in row[0] and " 4 " in row[0]
+    assert xsp.core.util.fmt_ns(step["mean_ns"]) in row[0] and " 4 " in row[0]
     # junitxml: the properties of each measurement
     tree = ET.parse(str(project.path / "junit.xml"))
     case = [c for c in tree.iter("testcase") if c.get("name") == "test_step"][0]
@@ -141,7 +141,7 @@ def test_budget(xsp_measure):
     out = r.stdout.str()
     assert "xsp: budget exceeded: train_step (levels ML, 3 iterations)" in out
     assert ("latency %s ± 0 ns (3 iterations) is over the budget 10 ns by %s"
-            % (xsp.report.fmt_ns(mean), xsp.report.fmt_delta(mean - 10, 10))
+            % (xsp.core.util.fmt_ns(mean), xsp.report.summary.fmt_delta(mean - 10, 10))
             in out)
     assert "aten::addmm: 2 calls per iteration, budget 1 (+1)" in out
     # no baseline: the offenders are where the time goes, largest first
@@ -154,7 +154,7 @@ def test_budget(xsp_measure):
              and ln.endswith(" open it)") or ln.endswith(" reads it)")]
     assert [os.path.splitext(p)[1] for p in saved] == [".json", ".xsp"]
     assert len(xsp.load(saved[1])) > 0
-    assert perf.load(saved[0]).latency["mean_ns"] == mean
+    assert perf.load(saved[0]).latency.mean_ns == mean
 
 
 def test_baseline_save_then_compare(project, monkeypatch):
@@ -398,16 +398,16 @@ from test_project import train_step
 class TestSteps:
     def test_class_options(self, xsp_measure):
         m = xsp_measure(train_step, warmup=0)
-        assert (m.latency["n"], m.data["levels"], m.counts["ops_total"]) == (2, "M", None)
+        assert (m.latency.n, m.data["levels"], m.counts["ops_total"]) == (2, "M", None)
 
     @pytest.mark.xsp(repeat=3)
     def test_closest(self, xsp_measure):
         m = xsp_measure(train_step, warmup=0)
-        assert (m.latency["n"], m.data["levels"]) == (3, "M")
+        assert (m.latency.n, m.data["levels"]) == (3, "M")
 
     def test_argument_wins(self, xsp_measure):
         m = xsp_measure(train_step, levels="ML", repeat=4, warmup=0)
-        assert (m.latency["n"], m.data["levels"]) == (4, "ML")
+        assert (m.latency.n, m.data["levels"]) == (4, "ML")
 """)
     project.runpytest("-p", "no:cacheprovider", "test_cls.py").assert_outcomes(passed=3)
 
@@ -511,7 +511,7 @@ def test_bad_baseline_files_fail_clearly_and_are_replaced(project):
     r = project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
                           "--xsp-save-baseline", "base", "test_project.py::test_step")
     r.assert_outcomes(failed=1)
-    assert perf.load(str(path)).latency["n"] == 4
+    assert perf.load(str(path)).latency.n == 4
     project.runpytest("-p", "no:cacheprovider", "--xsp-baseline", "base",
                       "test_project.py::test_step").assert_outcomes(passed=1)
 

@@ -74,7 +74,7 @@ def test_chrome_json_has_no_nan(tmp_path):
     tr = xsp.Trace.from_spans([{"name": "r", "kind": "region", "start_ns": 0, "end_ns": 10}],
                               meta={"ratio": float("nan")})
     path = tmp_path / "t.json"
-    from xsp import chrome
+    from xsp.formats import chrome
     chrome.write(tr, str(path))
     text = path.read_text()
     assert "NaN" not in text.replace('"nan"', "")

@@ -23,7 +23,7 @@ def _hooks_snapshot():
 
 
 def _xsp_wrapper_installed():
-    """Whether nn.Module.__call__ is xsp's session wrapper (xsp.profiler._ModuleCalls)."""
+    """Whether nn.Module.__call__ is xsp's session wrapper (xsp.producers.profiler._ModuleCalls)."""
     return torch.nn.Module.__dict__["__call__"].__qualname__ == "Module.__call__ (xsp)"
 
 

@@ -3,7 +3,7 @@ micro-benchmarks, the theoretical peak, the cache, overrides), the roofline tabl
 (xsp.analysis.roofline by kernel, op, layer and model) and its plot in the HTML report.
 
 The table's arithmetic is checked on hand-built traces (Trace.from_spans) with given peaks and
-a stand-in for xsp.flops.op_costs that reads each op's costs from test attributes (c_flops,
+a stand-in for xsp.analysis.flops.op_costs that reads each op's costs from test attributes (c_flops,
 c_bytes, c_dtype, c_status), so every expected value is worked out from the span list; one
 test runs the real xsp.flops on a real model.  The benchmarks run with a budget of a fraction
 of a second; every test that could write a cache file points XDG_CACHE_HOME at its tmp_path.
@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 import xsp
-from xsp import analysis as A
-from xsp import peaks as P
+from xsp.analysis import tables as A
+from xsp.analysis import peaks as P
 
 STREAM = 7
 SVG = "{http://www.w3.org/2000/svg}"
@@ -49,7 +49,7 @@ def C(flops, nbytes, dtype, status=None):
 
 
 def fake_op_costs(trace):
-    """xsp.flops.op_costs' columns, from the test attributes of the spans with inputs."""
+    """xsp.analysis.flops.op_costs' columns, from the test attributes of the spans with inputs."""
     df = trace.to_pandas()
     df = df[df["input_dims"].notna()]
     return pd.DataFrame({
@@ -65,11 +65,12 @@ def fake_op_costs(trace):
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """xsp.flops replaced by fake_op_costs for the test."""
-    mod = types.ModuleType("xsp.flops")
+    """xsp.analysis.flops replaced by fake_op_costs for the test."""
+    import xsp.analysis.flops  # noqa: F401 -- the package's attribute, which the tables import
+    mod = types.ModuleType("xsp.analysis.flops")
     mod.op_costs = fake_op_costs
-    monkeypatch.setitem(sys.modules, "xsp.flops", mod)
-    monkeypatch.setattr(xsp, "flops", mod, raising=False)
+    monkeypatch.setitem(sys.modules, "xsp.analysis.flops", mod)
+    monkeypatch.setattr(xsp.analysis, "flops", mod)
     return mod
 
 
@@ -520,7 +521,7 @@ def test_roofline_without_peaks_or_with_constants(stand_in):
 
 def test_roofline_peaks_from_the_machine(stand_in, monkeypatch):
     monkeypatch.setenv(P.ENV, json.dumps({"flops_per_s": {"float32": 1e13}, "bytes_per_s": 1e12}))
-    df = A.roofline(cpu_trace(), by="op")                 # peaks=None: xsp.peaks.get("cpu")
+    df = A.roofline(cpu_trace(), by="op")                 # peaks=None: xsp.analysis.peaks.get("cpu")
     assert df.attrs["peaks"]["source"] == "override"
     assert df["bound"].tolist()[:3] == ["compute", None, "compute"]   # no bf16 peak given
     monkeypatch.setenv(P.ENV, '{"flops_per_s": {"float32": 0}, "bytes_per_s": 1}')
@@ -670,7 +671,7 @@ def test_no_roofline_without_inputs(tmp_path):
 
 
 def test_roofline_svg_checks_and_counts():
-    from xsp import _html as H
+    from xsp.report import parts as H
     with pytest.raises(ValueError, match="at least 400 x 240 px"):
         H.roofline_svg([], width=300)
     svg = ET.fromstring(H.roofline_svg([{"label": "a", "intensity": 0, "flops_per_s": 1}]))

@@ -15,7 +15,7 @@ from torch import nn
 
 import xsp
 from xsp import _core
-from xsp import _html
+from xsp.report import parts as _html
 
 
 class Block(nn.Module):
@@ -281,7 +281,7 @@ def test_exports_and_views_carry_them(tmp_path):
           for e in events if e.get("cat") == "python_function"}
     assert py == expect
     # Chrome JSON: args
-    xsp.chrome.write(tr, str(tmp_path / "c.json"))
+    xsp.formats.chrome.write(tr, str(tmp_path / "c.json"))
     events = json.load(open(tmp_path / "c.json"))["traceEvents"]
     ch = {e["args"]["id"]: (e["args"]["source"], e["args"]["call_site"])
           for e in events if e.get("ph") == "X" and "source" in e["args"]}

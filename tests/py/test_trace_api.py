@@ -402,7 +402,7 @@ def test_empty_trace_columns():
 # -- the public span table ---------------------------------------------------------------------
 
 def test_public_span_table_columns(tiny):
-    from xsp.trace import KINDS, LEVELS
+    from xsp.values.trace import KINDS, LEVELS
     rows = _rows(tiny)
     cols = {"kind_codes": np.uint8, "level_codes": np.uint8, "name_codes": np.uint32,
             "thread_index": np.uint32, "flag_bits": np.uint32}
@@ -451,7 +451,7 @@ def test_attr_column_types():
 
 
 def test_nearest_ancestor(tiny):
-    from xsp.trace import KINDS
+    from xsp.values.trace import KINDS
     mod = np.isin(tiny.kind_codes, (KINDS.index("module"), KINDS.index("model")))
     assert tiny.nearest_ancestor(mod).tolist() == [-1, 1, 2, 2, 1, 1]
     assert tiny.nearest_ancestor(mod, include_self=False).tolist() == [-1, -1, 1, 2, 1, 1]
@@ -470,7 +470,7 @@ def test_nearest_ancestor(tiny):
 def test_walks_over_a_parent_array():
     """xsp.trace's helpers, which the analyses use on span tables: exact results on a forest
     against the plain walk, and a cycle refused."""
-    from xsp.trace import ancestor_count, nearest_ancestor, self_time
+    from xsp.values.trace import ancestor_count, nearest_ancestor, self_time
     #        0   1  2  3  4   5  6  7  8
     par = [-1, 0, 1, 2, 1, -1, 5, 6, 3]
     mask = np.array([0, 1, 0, 1, 0, 0, 0, 1, 0], dtype=bool)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import xsp
-from xsp import analysis as A
+from xsp.analysis import tables as A
 from xsp import report
 
 
@@ -78,7 +78,7 @@ def test_five_steps_give_five_iterations_step_at_the_end():
     txt = report.text(tr)
     assert "5 iterations: steps (the work between step() calls)" in txt
     assert "setup (before the first step() and its first model call; not an iteration): %s" \
-        % xsp._util.fmt_ns(su["duration_ns"]) in txt
+        % xsp.core.util.fmt_ns(su["duration_ns"]) in txt
 
 
 def test_five_steps_give_five_iterations_step_at_the_start_and_a_tail_is_dropped():
@@ -352,12 +352,12 @@ def test_units_in_cells_never_in_headers():
     i = txt.splitlines().index("Top 10 ops (by self)")
     first = txt.splitlines()[i + 1].split()
     assert first == ["name", "calls", "total", "self", "mean", "std", "self-share"]
-    assert report.fmt_delta(-193_900) == "-193.900 us"
-    assert report.fmt_delta(1_234_567, 10_000_000) == "+1.235 ms (+12.3%)"
-    assert report.fmt_delta(-500, 1000) == "-500 ns (-50.0%)"
-    assert report.fmt_counters({"lost.cap": 2, "gpu.lost": 0, "lost.depth": 1}) == \
+    assert report.summary.fmt_delta(-193_900) == "-193.900 us"
+    assert report.summary.fmt_delta(1_234_567, 10_000_000) == "+1.235 ms (+12.3%)"
+    assert report.summary.fmt_delta(-500, 1000) == "-500 ns (-50.0%)"
+    assert report.summary.fmt_counters({"lost.cap": 2, "gpu.lost": 0, "lost.depth": 1}) == \
         "lost.cap 2, lost.depth 1"
-    assert report.fmt_counters({}) == "none"
+    assert report.summary.fmt_counters({}) == "none"
     # DataFrames stay numeric
     assert A.layer_ranking(phase_trace())["total_ns"].dtype.kind == "i"
 
@@ -386,7 +386,7 @@ def test_outlier_first_iteration_is_pointed_out():
 
 
 def test_measure_says_when_an_overhead_is_within_the_noise():
-    from xsp.leveled import Measurement
+    from xsp.values.measurement import Measurement
 
     def run(durs):
         spans = [S("m", "region", 0, 10 ** 6)]
@@ -408,7 +408,7 @@ def test_measure_says_when_an_overhead_is_within_the_noise():
     assert bool(ov.loc[1, "within_noise"])
     txt = report.text(m)
     assert ("M in run ML: +5 ns added is within the noise (± %s): measure with a larger "
-            "repeat to tell" % xsp._util.fmt_ns(ov.loc[1, "noise_ns"])) in txt
+            "repeat to tell" % xsp.core.util.fmt_ns(ov.loc[1, "noise_ns"])) in txt
 
 
 SCRIPT = '''
@@ -491,7 +491,7 @@ def test_a_schedule_records_exactly_the_active_steps_and_they_are_the_iterations
 
 
 def test_measure_with_one_sample_says_the_spread_is_unknown():
-    from xsp.leveled import Measurement
+    from xsp.values.measurement import Measurement
 
     def run(d):
         return xsp.Trace.from_spans([S("m", "region", 0, 10 ** 6),

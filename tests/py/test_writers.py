@@ -1,5 +1,5 @@
 """Every file xsp writes goes through one of two writers: the C writer behind Trace.save (xsp run
--o, xsp merge -o; csrc/io/tracefile.c) and xsp._util.atomic_write (the Kineto, Chrome, OTLP
+-o, xsp merge -o; csrc/io/tracefile.c) and xsp.core.util.atomic_write (the Kineto, Chrome, OTLP
 and HTML exports, measurements, the peaks cache, the pytest plugin's files).  Both write a
 temporary file beside the target under a fresh unpredictable name, created O_EXCL|O_NOFOLLOW,
 and rename it over the target (docs/format.md, "Temporary names").  These tests guard:
@@ -25,7 +25,7 @@ import threading
 import pytest
 
 import xsp
-from xsp import _util
+from xsp.core import util as _util
 
 from helpers import have_otlp
 
@@ -117,7 +117,7 @@ SAVE_ONCE = textwrap.dedent("""
     import sys, xsp
     tr = xsp.load(sys.argv[1])
     try:
-        tr.save(sys.argv[2])
+        xsp.save(tr, sys.argv[2])
     except OSError as e:
         print("OSError:", e)
     else:
@@ -189,7 +189,10 @@ def test_atomic_write_refuses_links_at_the_exact_names_it_tries(tmp_path, monkey
 def writers(trace):
     """Every kind of file xsp writes, as (file name, write(path)): Trace.save (the C writer)
     and the Python writers, which all go through atomic_write."""
-    from xsp import chrome, kineto, otlp, perf, report
+    from xsp import perf, report
+    from xsp.formats import chrome
+    from xsp.formats import kineto
+    from xsp.formats import otlp
     result = perf.measure(lambda: None, repeat=2, warmup=0)
     out = [
         ("t.xsp", trace.save),
@@ -344,11 +347,11 @@ def test_threads_writing_one_file_with_atomic_write_never_show_a_torn_file(tmp_p
 
 CHILD = textwrap.dedent("""
     import sys, xsp
-    from xsp._util import atomic_write
+    from xsp.core.util import atomic_write
     tr = xsp.load(sys.argv[1])
     text = open(sys.argv[1] + ".txt").read()
     for _ in range(int(sys.argv[4])):
-        tr.save(sys.argv[2])
+        xsp.save(tr, sys.argv[2])
         atomic_write(sys.argv[3], lambda f: f.write(text))
 """)
 
@@ -397,7 +400,7 @@ def test_processes_saving_to_one_path_never_show_a_torn_file(tmp_path, traces):
 
 TOO_LARGE = textwrap.dedent("""
     import resource, signal, sys, xsp
-    from xsp._util import atomic_write
+    from xsp.core.util import atomic_write
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # write gets EFBIG instead
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
     tr = xsp.load(sys.argv[1])

@@ -328,7 +328,7 @@ def test_roofline_one_point_per_model_and_batch_size(zoo):
         ("vit", B, 1, "cuda", 100.0, 4e10, 4e8, 5e13, "compute", 4e10 / 5e13),
         ("vit", B, 2, "cuda", 100.0, 8e10, 8e8, 5e13, "compute", 8e10 / 5e13)]
     # one set of peaks for every system: sysB's rows run on cuda, so CPU peaks do not fit
-    from xsp.peaks import PeaksError
+    from xsp.analysis.peaks import PeaksError
     with pytest.raises(PeaksError, match="these are peaks of cpu, not of cuda"):
         Z.roofline(zoo, peaks=PEAKS_A)
     only_a = Z.roofline(zoo, peaks={A: PEAKS_A})

@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 import xsp
-from xsp import analysis, flops, memory
+from xsp.analysis import tables as analysis
+from xsp.analysis import flops
+from xsp.analysis import memory
 from xsp.zoo import store, system
 from xsp.zoo.store import SCHEMAS, SchemaVersionError, StoreError
 from helpers import descendants

@@ -86,12 +86,12 @@ model on one system (at its batch size, as above)
 roofline(src, peaks=None, dtype="float32"): one row per chosen evaluation with flops and bytes
 (record_shapes=True in the manifest); attrs["left_out"] counts those without
   model, family, system_id, batch_size, device ("cpu" or "cuda", the options'), flops,
-  bytes (per iteration, xsp.flops), intensity (flops / bytes, FLOP/byte),
+  bytes (per iteration, xsp.analysis.flops), intensity (flops / bytes, FLOP/byte),
   latency_M_mean_ns, flops_per_s, bytes_per_s (flops, bytes / latency_M_mean_ns)
   with peaks: peak_flops_per_s (the dtype's), peak_bytes_per_s, roof_flops_per_s
   (min(peak, intensity x bandwidth)), bound ("memory" where intensity x bandwidth is under the
   peak, else "compute"), roof_fraction (flops_per_s / roof_flops_per_s); NaN (bound missing) for
-  a system without peaks.  peaks: what xsp.peaks.load takes (a Peaks, a dict, JSON text, a
+  a system without peaks.  peaks: what xsp.analysis.peaks.load takes (a Peaks, a dict, JSON text, a
   file) for every system, or {system_id: that}.  The zoo records no dtype: dtype names the
   peak to use (the models run in float32 unless their code says otherwise)
 
@@ -130,7 +130,7 @@ failures(src): the evaluations that did not finish and were not done since: for 
 without an ok row, its latest attempt; model, family, system_id, batch_size, levels,
 status, reason (its first line), wall_s, started_at, evaluation_id; by model, batch size.
 
-Nothing here imports torch; xsp.peaks only for peaks=.
+Nothing here imports torch; xsp.analysis.peaks only for peaks=.
 """
 import contextlib
 import json
@@ -427,8 +427,8 @@ def _device_of(options):
 
 
 def _peaks_for(peaks, system_ids, devices):
-    """{(system_id, device): xsp.peaks.Peaks or None} for the rows' systems."""
-    from .. import peaks as P
+    """{(system_id, device): xsp.analysis.peaks.Peaks or None} for the rows' systems."""
+    from xsp.analysis import peaks as P
     per_system = (isinstance(peaks, dict) and "flops_per_s" not in peaks and not any(
         isinstance(k, str) and (k in ("cpu", "cuda") or k.startswith("cuda:")) for k in peaks))
     out = {}
@@ -446,7 +446,7 @@ _ROOF_COLUMNS = ["peak_flops_per_s", "peak_bytes_per_s", "roof_flops_per_s", "bo
 def roofline(src, peaks=None, dtype="float32"):
     """FLOPs, bytes, intensity and achieved FLOP/s and B/s per model and batch size, with the
     roof and the bound when peaks are given (the module docstring's columns).  Raises
-    xsp.peaks.PeaksError for malformed peaks."""
+    xsp.analysis.peaks.PeaksError for malformed peaks."""
     df = _df(src, """WITH %s
 SELECT model, family, system_id, batch_size, options, flops, bytes,
        flops / nullif(bytes, 0) AS intensity, latency_M_mean_ns,

@@ -135,9 +135,9 @@ def _parser():
     rp.add_argument("-o", "--output", metavar="zoo.html",
                     help="write the HTML report here (without: the text summary)")
     rp.add_argument("--peaks", metavar="PEAKS",
-                    help="the roofline's roofs: a JSON file or text as xsp.peaks.load takes "
+                    help="the roofline's roofs: a JSON file or text as xsp.analysis.peaks.load takes "
                          "(one machine's, for every system), or 'here' for this machine's "
-                         "(measured once and cached, xsp.peaks); HTML only")
+                         "(measured once and cached, xsp.analysis.peaks); HTML only")
     return p
 
 
@@ -263,7 +263,7 @@ def _report(ns):
     if ns.peaks is not None:
         if not ns.output:
             raise _Usage("--peaks draws the HTML report's roofs: give -o FILE too")
-        from .. import peaks as _peaks
+        from xsp.analysis import peaks as _peaks
         try:
             peaks = _peaks.get() if ns.peaks == "here" else _peaks.load(ns.peaks,
                                                                          where="--peaks")

@@ -30,8 +30,8 @@ import os
 
 import numpy as np
 
-from .. import _html as H
-from .._util import _number, atomic_write, fmt_ns, printable
+from xsp.report import parts as H
+from xsp.core.util import _number, atomic_write, fmt_ns, printable
 from . import analyses as Z
 
 __all__ = ["text", "html", "MAX_MODELS", "MAX_ROWS", "MAX_SYSTEMS"]
@@ -638,7 +638,7 @@ def _sec_roofline(r, max_models, max_rows, max_systems):
     if not len(rf):
         return _section("roofline", title, [_p("No roofline: %s." % rf.attrs.get(
             "reason", "no FLOPs"), "xsp-why")])
-    parts = [_p("FLOPs and bytes per iteration from the ops' shapes (xsp.flops: analytical, "
+    parts = [_p("FLOPs and bytes per iteration from the ops' shapes (xsp.analysis.flops: analytical, "
                 "not measured); achieved FLOP/s over the latency of run M; one point per "
                 "model, at its largest batch size with FLOPs.%s" % (
                     "" if r.peaks is not None else " No roofs: give the peaks of the machine "

@@ -185,7 +185,7 @@ def _write_plan(results_dir, tasks):
     """<results>/plans/<digest>.json: the run's evaluations (key, evaluation_id, model,
     batch_size, levels), which `xsp zoo status` counts as pending until they have a row.  The
     name is the digest of the content: the same plan again writes no new file."""
-    from .._util import atomic_write
+    from xsp.core.util import atomic_write
     items = [{"key": t.key, "evaluation_id": t.evaluation_id, "model": t.entry.name,
               "batch_size": t.batch_size, "levels": t.entry.levels} for t in tasks]
     text = json.dumps({"evaluations": items}, sort_keys=True, indent=1) + "\n"
@@ -366,7 +366,8 @@ def _flush():
 
 
 # what every evaluation imports: the fork server's preload, a spawned worker's first imports
-PRELOAD = ("torch", "xsp", "xsp.analysis", "xsp.leveled", "xsp.flops", "xsp.memory",
+PRELOAD = ("torch", "xsp", "xsp.analysis.tables", "xsp.producers.leveled", "xsp.analysis.flops",
+           "xsp.analysis.memory",
            "xsp.zoo.catalog", "xsp.zoo.evaluate", "xsp.zoo.store", "xsp.zoo.system",
            "pyarrow.parquet")
 # the packages of the zoo's sources (and their costly common modules), preloaded when the zoo

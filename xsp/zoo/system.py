@@ -48,7 +48,7 @@ import re
 import socket
 import sys
 
-from .._version import __version__ as _xsp_version
+from xsp._version import __version__ as _xsp_version
 
 # the fields hashed into system_id, in this order (see the module docstring)
 SYSTEM_ID_FIELDS = ("arch", "cpu_model", "cpu_count", "memory_gib", "os", "kernel", "python",

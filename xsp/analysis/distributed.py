@@ -1,132 +1,10 @@
-"""Beyond one process: clock samples between ranks, merging the ranks' traces into one, and
-the analyses across ranks (docs/distributed.md).
-
-Clock alignment, NTP-style.  When torch.distributed is initialised with more than one rank,
-a profile exchanges clock samples with rank 0 right before recording starts and right after
-it stops (outside the recording: the exchange's own ops are not in the trace).  Rank r and
-rank 0 do ROUNDS round trips over the process group (CPU tensors; a gloo group is made once
-when the default group's backend is not gloo):
-
-    r reads t1, sends it; 0 reads t2 on receipt, t3, replies (t2, t3); r reads t4
-    offset = ((t2 - t1) + (t3 - t4)) / 2      (rank 0's clock minus rank r's)
-    error  = ((t4 - t1) - (t3 - t2)) / 2      (the true offset lies within offset ± error)
-
-and keeps the round trip with the smallest error.  The start and stop samples give the offset
-at both ends; the merge shifts every span of rank r by the offset interpolated linearly
-between them (the drift).  Rank 0 also draws a job id and sends it to every rank, so that
-traces of different jobs are never merged.  Without a process group, ranks on one host share
-CLOCK_MONOTONIC (offset 0, "same host"); ranks on several hosts without samples cannot be
-aligned, and the merge says so.
-
-Every rank must enter and leave the profile (SPMD, as the training loop itself does): the
-exchange is collective.  Pass clock_sync=False to xsp.profile when only some ranks profile.
-"""
+"""A distributed job's traces: merging the ranks' traces into one on rank 0's clock and the
+analyses across ranks (docs/distributed.md).  The clock samples each rank's profile takes are
+xsp.producers.clock; the cross-rank text is xsp.report's."""
 import itertools
 import os
-import random
 
-ROUNDS = 8
-_GLOO = {}          # the gloo group made for the exchange, per default group
 _MISSING_NAMED = 10  # missing ranks a MergeError names (it counts them all)
-
-
-def _dist():
-    import torch.distributed as dist
-    return dist
-
-
-def active():
-    """True when torch.distributed is initialised with more than one rank."""
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        dist = torch.distributed
-        return bool(dist.is_available() and dist.is_initialized() and
-                    dist.get_world_size() > 1)
-    except Exception:
-        return False
-
-
-def _group(dist):
-    """A process group that moves CPU tensors: the default one under gloo, else a gloo group
-    made once (collectively: every rank gets here in the same exchange)."""
-    if dist.get_backend() == "gloo":
-        return None
-    key = id(dist.distributed_c10d._get_default_group())
-    if key not in _GLOO:
-        _GLOO[key] = dist.new_group(backend="gloo")
-    return _GLOO[key]
-
-
-def exchange(now, rounds=ROUNDS, job=None):
-    """One exchange of clock samples with rank 0 (see the module docstring).  now: the clock
-    (xsp._core.now).  job: rank 0's job id to send (drawn when None).  Returns {"offset_ns",
-    "error_ns", "at_ns" (this rank's clock at the best sample's middle), "job"}; on rank 0
-    offset and error are 0.  Raises what torch.distributed raises."""
-    import torch
-    dist = _dist()
-    g = _group(dist)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if rank == 0 and job is None:
-        job = random.getrandbits(62)
-    jt = torch.tensor([job if rank == 0 else 0], dtype=torch.int64)
-    dist.broadcast(jt, 0, group=g)
-    job = int(jt.item())
-    best = None
-    t3 = None
-    for peer in range(1, world):
-        if rank == 0:
-            for _ in range(rounds):
-                t1 = torch.zeros(1, dtype=torch.int64)
-                dist.recv(t1, peer, group=g)
-                t2 = now()
-                t3 = now()
-                dist.send(torch.tensor([t2, t3], dtype=torch.int64), peer, group=g)
-        elif rank == peer:
-            for _ in range(rounds):
-                t1 = now()
-                dist.send(torch.tensor([t1], dtype=torch.int64), 0, group=g)
-                reply = torch.zeros(2, dtype=torch.int64)
-                dist.recv(reply, 0, group=g)
-                t4 = now()
-                t2, t3 = int(reply[0]), int(reply[1])
-                offset = ((t2 - t1) + (t3 - t4)) / 2.0
-                error = ((t4 - t1) - (t3 - t2)) / 2.0
-                if best is None or error < best[1]:
-                    best = (offset, error, (t1 + t4) // 2)
-    # rank 0 talks to the ranks one after the other: leave together, so that no rank starts
-    # recording (or stops waiting) later than the others because of the exchange itself
-    dist.barrier(group=g)
-    if rank == 0:
-        # its last reading, not a new one: with two ranks both then read the clock equally
-        # often, which keeps a fake clock's readings in step (tests)
-        return {"offset_ns": 0.0, "error_ns": 0.0, "at_ns": t3 if t3 is not None else now(),
-                "job": job}
-    return {"offset_ns": best[0], "error_ns": max(best[1], 0.0), "at_ns": best[2], "job": job}
-
-
-def start_meta(now):
-    """Meta entries from the exchange before recording: clock.sync, clock.offset_ns,
-    clock.error_ns, clock.at_ns, job_id; {"clock.sync": "same host" or "none"} without a
-    process group (the ranks of one host share the monotonic clock)."""
-    if not active():
-        return {"clock.sync": "none"}
-    s = exchange(now)
-    return {"clock.sync": "process group", "clock.offset_ns": float(s["offset_ns"]),
-            "clock.error_ns": float(s["error_ns"]), "clock.at_ns": int(s["at_ns"]),
-            "job_id": "%016x" % s["job"]}
-
-
-def stop_meta(now, job_id):
-    """Meta entries from the exchange after recording: clock.stop_offset_ns,
-    clock.stop_error_ns, clock.stop_at_ns ({} without a process group)."""
-    if not active():
-        return {}
-    s = exchange(now, job=int(job_id, 16) if job_id else None)
-    return {"clock.stop_offset_ns": float(s["offset_ns"]),
-            "clock.stop_error_ns": float(s["error_ns"]), "clock.stop_at_ns": int(s["at_ns"])}
 
 
 def offset_at(meta, t):
@@ -144,7 +22,7 @@ def error_ns(meta):
                                                                         0.0)))
 
 
-__all__ = ["active", "exchange", "start_meta", "stop_meta", "offset_at", "error_ns"]
+__all__ = ["offset_at", "error_ns"]
 
 
 # -- merging the ranks' traces ----------------------------------------------------------------
@@ -173,10 +51,11 @@ def merge(sources, *, allow_missing=False, names=None):
     or "trace N").  Raises MergeError naming the files for: a trace without a rank,
     duplicate ranks, mixed world sizes, mixed jobs, and missing ranks (unless
     allow_missing)."""
-    from .trace import Trace, load_any, merge_traces
+    from xsp.formats import load
+    from xsp.values.trace import Trace, merge_traces
     items = []
     for i, src in enumerate(sources):
-        tr = load_any(src) if isinstance(src, (str, os.PathLike)) else src
+        tr = load(src) if isinstance(src, (str, os.PathLike)) else src
         if not isinstance(tr, Trace):
             raise TypeError("merge takes paths or xsp.Trace objects, not %s"
                             % type(tr).__name__)
@@ -291,7 +170,7 @@ def rank_of(trace):
     """Per span, its rank: the attribute rank of its region (a merged trace), else the
     trace's meta rank (or 0)."""
     import numpy as np
-    from .trace import KINDS
+    from xsp.values.trace import KINDS
 
     def rank(v, default):           # an int64; anything else (a hand-made file) is not a rank
         return v if isinstance(v, int) and not isinstance(v, bool) and \
@@ -354,7 +233,7 @@ def iterations(trace):
     on its own spans (rank_trace): one rule, so that the setup before the first iteration
     (under `xsp run`, the script's imports and model building in step#0) is no step."""
     import numpy as np
-    from . import analysis as A
+    from xsp.analysis import tables as A
     rk = rank_of(trace)
     out = np.full(len(trace), -1, dtype=np.int64)
     lat = {}
@@ -382,7 +261,7 @@ def collectives(trace):
 def _collectives(trace, it):
     import numpy as np
     import pandas as pd
-    from .trace import KINDS
+    from xsp.values.trace import KINDS
     comm = _comm_mask(trace)
     outer = comm & (trace.nearest_ancestor(comm, include_self=False) < 0)
     ranks = rank_of(trace)
@@ -432,7 +311,7 @@ def ranks(trace):
     before the first one."""
     import numpy as np
     import pandas as pd
-    from .trace import KINDS
+    from xsp.values.trace import KINDS
     kinds = np.array(KINDS, dtype=object)[trace.kind_codes]
     rk = rank_of(trace)
     comm = _comm_mask(trace)
@@ -480,48 +359,7 @@ def ranks(trace):
     return df
 
 
-def text(trace):
-    """The cross-rank summary of a merged trace: how the clocks were aligned, a table per rank
-    and the straggler."""
-    from ._util import fmt_ns
-    df = ranks(trace)
-    m = trace.meta
-    out = ["xsp job: %s rank%s (world size %s), job %s" % (
-        m.get("merged", len(df)), "" if len(df) == 1 else "s", m.get("world_size", "?"),
-        m.get("job_id", "?"))]
-    err = max([float(m.get("rank%d.clock.error_ns" % r, 0.0)) for r in df["rank"]] or [0.0])
-    out.append("clocks: %s%s" % (m.get("clock.aligned", "?"),
-                                 "; aligned within %s" % fmt_ns(err) if
-                                 m.get("clock.aligned") == "process group" else ""))
-    head = ["rank", "host", "steps", "step", "± std", "compute", "comm", "overlap", "wait",
-            "caused", "last"]
-    rows = [head]
-    for _, r in df.iterrows():
-        rows.append([str(r["rank"]) + (" *" if r["straggler"] else ""), str(r["host"]),
-                     str(r["steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["step_std_ns"]),
-                     fmt_ns(r["compute_ns"]), fmt_ns(r["comm_ns"]), fmt_ns(r["overlap_ns"]),
-                     fmt_ns(r["wait_ns"]), fmt_ns(r["caused_ns"]), str(r["last_arrivals"])])
-    w = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    for x in rows:
-        out.append("  " + "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i])
-                                    for i, c in enumerate(x)))
-    out.append("(per iteration means, the setup before the first left out, as xsp summary "
-               "finds them; compute, comm and overlap: time covered on the rank's "
-               "threads; wait: in collectives, for the last rank to arrive; caused: the "
-               "waiting it caused by arriving last; last: collectives it arrived last at; "
-               "* the straggler: the rank the others wait for)")
-    if len(df) > 1 and df["straggler"].any():
-        s = df[df["straggler"]].iloc[0]
-        others = df[~df["straggler"]]
-        out.append("straggler: rank %d, last at %d of %d collectives, making the others wait "
-                   "up to %s per step (compute %s per step against their %s)" % (
-                       s["rank"], s["last_arrivals"], int(df["last_arrivals"].sum()),
-                       fmt_ns(s["caused_ns"]), fmt_ns(s["compute_ns"]),
-                       fmt_ns(others["compute_ns"].mean())))
-    return "\n".join(out) + "\n"
-
-
-__all__ += ["merge", "MergeError", "rank_of", "iterations", "collectives", "ranks", "text",
+__all__ += ["merge", "MergeError", "rank_of", "iterations", "collectives", "ranks",
             "COMM"]
 
 
@@ -532,8 +370,8 @@ def rank_trace(trace, rank):
     than 0, 1, 2 (a file may hold any)."""
     import numpy as np
 
-    from . import _core
-    from .trace import Trace
+    from xsp import _core
+    from xsp.values.trace import Trace
     rk = rank_of(trace)
     sel = np.nonzero(rk == rank)[0]
     if not len(sel):

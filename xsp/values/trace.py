@@ -20,11 +20,11 @@ import itertools
 
 import numpy as np
 
-from . import _core
-from ._tree import ancestor_count, nearest_ancestor, self_time
-from ._util import fmt_ns as _fmt_ns
-from ._util import printable as _printable
-from .levels import LEVEL_NAMES as _LEVEL_NAMES
+from xsp import _core
+from xsp.core.tree import ancestor_count, nearest_ancestor, self_time
+from xsp.core.util import fmt_ns as _fmt_ns
+from xsp.core.util import printable as _printable
+from xsp.core.levels import LEVEL_NAMES as _LEVEL_NAMES
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
@@ -42,22 +42,17 @@ def _clean(text):
     return text.translate(_CONTROLS)
 
 
-def load(path):
-    """Reads a trace written by Trace.save. Raises xsp.TraceFormatError (with .offset) for a
-    truncated, corrupt or foreign file, OSError when it cannot be read."""
+def read_xsp(path):
+    """The trace in an .xsp file (the C core's reader; xsp.load chooses it for .xsp paths).
+    Raises xsp.TraceFormatError (with .offset) for a truncated, corrupt or foreign file,
+    OSError when it cannot be read."""
     return Trace(_core.load(path))
 
 
-def load_kineto(path, *, max_bytes=None):
-    """Reads a trace that torch.profiler wrote (export_chrome_trace: Kineto's JSON, .json or
-    .json.gz) into an xsp.Trace: the tree rebuilt per thread by time, kernels tied to their
-    ops by correlation id, every event's args kept as attributes "k.<arg>" (docs/format.md,
-    "Kineto's JSON").  Streamed, in memory proportional to the events; more than max_bytes
-    of JSON text (default 2 GiB, or $XSP_KINETO_MAX_BYTES) is refused.  Raises
-    xsp.TraceFormatError (.path; .offset for malformed JSON and the cap, .event for a
-    malformed event, whose field the message names) and OSError."""
-    from . import kineto        # loaded on first use: `import xsp` stays light
-    return Trace(kineto.read(path, max_bytes=max_bytes))
+def write_xsp(trace, path):
+    """Writes trace as an .xsp file (msgpack; docs/format.md), atomically (the C core's
+    writer; xsp.save chooses it for .xsp paths).  Raises OSError on failure."""
+    trace._data.save(path)
 
 
 def merge_traces(inputs, meta, id_keys=("fwd_op", "api")):
@@ -69,21 +64,6 @@ def merge_traces(inputs, meta, id_keys=("fwd_op", "api")):
     data = _core.merge([(t._data,) + tuple(rest) for t, *rest in inputs], id_keys)
     data._add_meta(meta)            # before anyone has it: the Trace is made after
     return Trace(data)
-
-
-def load_any(path):
-    """load() for a path ending in .xsp, and for any file that is not JSON; load_kineto() for
-    the others when they are JSON (the first non-blank byte '{') or gzip-compressed.  The
-    errors are those of the reader chosen (an unreadable file: load()'s)."""
-    if not str(path).endswith(".xsp"):
-        try:
-            with open(path, "rb") as f:
-                head = f.read(64)
-        except OSError:
-            head = b""
-        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{":
-            return load_kineto(path)
-    return load(path)
 
 
 # numpy formats of the C span fields (csrc/core/trace.h, xsp_span), in native byte order
@@ -396,15 +376,16 @@ class Trace:
     __hash__ = None
 
     def save(self, path):
-        """Writes the compact .xsp file (msgpack; docs/format.md). Raises OSError on failure."""
-        self._data.save(str(path) if not isinstance(path, (str, bytes)) else path)
+        """Deprecated: xsp.save(trace, path) (an .xsp path)."""
+        from xsp.core.util import deprecated
+        deprecated("Trace.save(path)", "xsp.save(trace, path)")
+        write_xsp(self, str(path) if not isinstance(path, (str, bytes)) else path)
 
     def to_kineto(self, path):
-        """Writes the trace as Kineto's JSON, the format of torch.profiler's
-        export_chrome_trace, which HTA, TensorBoard's profiler plugin, Perfetto and
-        chrome://tracing read (xsp.kineto.write; docs/format.md).  A path ending in .gz is
-        compressed.  Returns path; OSError on failure."""
-        from . import kineto
+        """Deprecated: xsp.save(trace, path) (a .pt.trace.json[.gz] path)."""
+        from xsp.core.util import deprecated
+        deprecated("Trace.to_kineto(path)", "xsp.save(trace, path)")
+        from xsp.formats import kineto
         return kineto.write(self, path)
 
     def to_bytes(self):
@@ -933,4 +914,4 @@ class Span:
                                            _fmt_ns(self.duration_ns))
 
 
-__all__ = ["Trace", "Span", "load", "nearest_ancestor", "ancestor_count", "self_time"]
+__all__ = ["Trace", "Span", "read_xsp", "write_xsp", "merge_traces", "nearest_ancestor", "ancestor_count", "self_time"]

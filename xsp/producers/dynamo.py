@@ -1,5 +1,6 @@
-"""torch.compile'd code in a trace: compilations as spans, and the source modules of what
-compiled code runs (docs/api.md, "torch.compile").
+"""torch.compile'd code while recording: compilations as spans, and the source modules of what
+compiled code runs (docs/api.md, "torch.compile"); the tables over a finished trace are
+xsp.analysis.compiled.
 
 Recording (xsp.profile calls prepare() when it is made):
   - Compilations are spans, recorded live: Dynamo's compile callbacks
@@ -59,29 +60,16 @@ the user's module): after a graph break the module wrapper's Python runs inside 
 call, and Dynamo would compile it as user code.  A failure inside the callbacks is counted
 (meta "compile.hook_errors"), never raised into Dynamo.
 
-Reading: compile_mask(trace), compiles(trace) and graph_breaks(trace) (DataFrames),
-compiling_steps(trace) and summary(trace); xsp.measure leaves the iterations that compiled out
-of its statistics, and xsp.analysis's tables leave them out of a trace's.
+Reading the spans of a finished trace is xsp.analysis.compiled (compiles, graph_breaks,
+summary) and xsp.values.compiling (compile_mask, compiling_steps).
 """
-import numbers
 import re
 import sys
 import threading
 
-import numpy as np
-
-from . import _core
-from .trace import KINDS
-
-REGION = "Torch-Compiled Region: "      # torch's RecordFunction around each compiled frame
-COMPILE = "torch.compile: compile "     # + frame name: a compilation's span
-RECOMPILE = "torch.compile: recompile "
-GRAPH_BREAK = "torch.compile: graph break"
-MODULES = "modules"                     # the attribute of the spans compiled code runs
-META = "compile.modules"                # meta compile.modules.attached / .unmatched / .unknown
-_SCOPE = KINDS.index("scope")
-_STEP = KINDS.index("step")
-_TEXT = 300                             # longest reason kept in an attribute
+from xsp import _core
+from xsp.values.compiling import (COMPILE, GRAPH_BREAK, META, MODULES, RECOMPILE, REGION, _SCOPE,
+                                  _TEXT)
 
 
 # -- recording: the Dynamo callbacks ----------------------------------------------------------
@@ -691,99 +679,4 @@ def _inductor_calls(fx, by_node):
     return out
 
 
-# -- reading a trace ----------------------------------------------------------------------------
-def compile_mask(trace):
-    """A boolean array over trace's spans: True for the compile spans (names "torch.compile:
-    compile ..." and "torch.compile: recompile ...", kind scope)."""
-    names = np.array([s.startswith((COMPILE, RECOMPILE)) for s in trace.strings], dtype=bool)
-    if not len(names):
-        return np.zeros(len(trace), dtype=bool)
-    return names[trace.name_codes] & (trace.kind_codes == _SCOPE)
-
-
-def compiling_steps(trace):
-    """The ids of the step spans (an int64 array, increasing) inside which a compilation ran."""
-    mask = compile_mask(trace)
-    if not mask.any():
-        return np.zeros(0, dtype=np.int64)
-    step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
-    s = step[mask]
-    return np.unique(s[s >= 0]).astype(np.int64)
-
-
-def compiles(trace):
-    """One row per compilation in trace (a DataFrame, in start order): id, name, type
-    ("compile" or "recompile"), start_ns, duration_ns, step (the enclosing step's name, or
-    None), compile_id, frame, outcome, reason (the recompile's, "" for a first compile),
-    graphs, graph_breaks, graph_break_reasons ("; "-joined, from the graph break spans inside
-    it: "reason (file:line)").  Attributes a trace lacks (written by another xsp) are None."""
-    import pandas as pd
-    ids = np.nonzero(compile_mask(trace))[0]
-    step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
-    gb = np.nonzero((trace.kind_codes == _SCOPE) & np.array(
-        [trace.strings[c] == GRAPH_BREAK for c in trace.name_codes], dtype=bool))[0] \
-        if len(trace) else np.zeros(0, dtype=np.int64)
-    under = trace.nearest_ancestor(compile_mask(trace), include_self=False)
-    reasons = {}
-    for g in gb.tolist():
-        a = trace.attrs_of(g)
-        where = a.get("source")
-        reasons.setdefault(int(under[g]), []).append(
-            "%s (%s)" % (a.get("reason", "?"), where) if where else a.get("reason", "?"))
-    rows = []
-    dur = trace.duration_ns                 # once: the property makes a new array per call
-    for i in ids.tolist():
-        a = trace.attrs_of(i)
-        rows.append({"id": i, "name": trace.strings[trace.name_codes[i]],
-                     "type": a.get("type"), "start_ns": int(trace.start_ns[i]),
-                     "duration_ns": int(dur[i]),
-                     "step": trace.strings[trace.name_codes[step[i]]] if step[i] >= 0 else None,
-                     "compile_id": a.get("compile_id"), "frame": a.get("frame"),
-                     "outcome": a.get("outcome"), "reason": a.get("reason", ""),
-                     "graphs": a.get("graphs"), "graph_breaks": a.get("graph_breaks"),
-                     "graph_break_reasons": "; ".join(map(str, reasons.get(i, [])))})
-    cols = ["id", "name", "type", "start_ns", "duration_ns", "step", "compile_id", "frame",
-            "outcome", "reason", "graphs", "graph_breaks", "graph_break_reasons"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def graph_breaks(trace):
-    """One row per graph break in trace (a DataFrame, in trace order): id (the graph break
-    span), compile_id, frame and step (of the compilation that made it, None outside one),
-    reason (Dynamo's, see describe_break) and source ("file:line" of the user's line, None
-    when torch kept no stack)."""
-    import pandas as pd
-    cols = ["id", "compile_id", "frame", "step", "reason", "source"]
-    if not len(trace):
-        return pd.DataFrame(columns=cols)
-    gb = np.nonzero((trace.kind_codes == _SCOPE) & np.array(
-        [s == GRAPH_BREAK for s in trace.strings], dtype=bool)[trace.name_codes])[0]
-    under = trace.nearest_ancestor(compile_mask(trace), include_self=False)
-    step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
-    rows = []
-    for g in gb.tolist():
-        a = trace.attrs_of(g)
-        c = trace.attrs_of(int(under[g])) if under[g] >= 0 else {}
-        rows.append({"id": g, "compile_id": a.get("compile_id"), "frame": c.get("frame"),
-                     "step": trace.strings[trace.name_codes[step[g]]] if step[g] >= 0
-                     else None, "reason": a.get("reason"), "source": a.get("source")})
-    return pd.DataFrame(rows, columns=cols)
-
-
-def summary(trace):
-    """What torch.compile did in trace, or None when it compiled nothing there: {compiles,
-    recompiles, graph_breaks, compile_ns (the compile spans' total time), steps (names of the
-    steps that compiled)}."""
-    df = compiles(trace)
-    if not len(df):
-        return None
-    return {"compiles": int(len(df)), "recompiles": int((df["type"] == "recompile").sum()),
-            "graph_breaks": int(sum(int(v) for v in df["graph_breaks"]     # ints only: a
-                                    if isinstance(v, numbers.Integral))),      # hand-made file
-            "compile_ns": int(df["duration_ns"].sum()),
-            "steps": [s for s in dict.fromkeys(df["step"]) if s is not None]}
-
-
-__all__ = ["compile_mask", "compiling_steps", "compiles", "graph_breaks", "summary",
-           "dynamo_breaks", "describe_break", "module_path", "prepare",
-           "REGION", "COMPILE", "RECOMPILE", "GRAPH_BREAK", "MODULES"]
+__all__ = ["prepare", "dynamo_breaks", "describe_break", "module_path"]

@@ -2,8 +2,8 @@
 TensorBoard's profiler plugin and Perfetto read: write an xsp trace in it, and read one
 into an xsp trace (docs/format.md, "Kineto's JSON").
 
-    xsp.kineto.write(trace, "run.pt.trace.json")      # or trace.to_kineto(path)
-    tr = xsp.load_kineto("torch_trace.json")         # an xsp.Trace
+    xsp.save(trace, "run.pt.trace.json")              # write(trace, path): this module's
+    tr = xsp.load("torch_trace.json")                # read(path): an xsp.Trace
 
 Writing.  Every span becomes the event torch.profiler would have written for it: ops and
 backward functions `cpu_op`, steps `ProfilerStep#N`, record_function scopes `user_annotation`,
@@ -23,8 +23,8 @@ longest first), GPU work hangs under the op whose runtime call has its correlati
 categories map back to kinds; every arg is kept as an attribute "k.<arg>" (lists as JSON
 text), so that writing a loaded trace gives the events back (docs/format.md lists what).
 
-This module imports only the C core: the data layer (xsp.trace) uses it for Trace.to_kineto
-and load_kineto.
+A format of xsp.formats (xsp.load and xsp.save choose it for .pt.trace.json[.gz] and .json.gz):
+it imports only the C core and the values.
 """
 import gzip
 import json
@@ -35,8 +35,10 @@ import uuid
 
 import numpy as np
 
-from . import _core, iterations
-from ._util import atomic_write, printable
+from xsp import _core
+from xsp.core import iterations
+from xsp.core.util import atomic_write, printable
+from xsp.values.trace import Trace
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
@@ -248,13 +250,16 @@ def _memory_events(a, p_, t_, ts):
 
 
 def write(trace, path, *, base_ns=None, leveled=None):
-    """Writes trace (an xsp.Trace) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
+    """Writes trace (an xsp.Trace, or an xsp.Measurement: its deepest run's trace with each
+    span's leveled latency) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
     torch.profiler's layout, categories and args, ac2g and fwdbwd flows, xsp's extras in
     "xsp.*" args and the top-level "xsp" key.  A path ending in .gz is gzip-compressed.
     base_ns: baseTimeNanoseconds (default: the trace's own when it was read from Kineto's
     JSON, else 0: xsp's clock is monotonic, not wall time); ts = (t - base_ns) / 1000.
-    leveled: {span id: leveled latency ns} (Measurement.to_kineto), written as arg
+    leveled: {span id: leveled latency ns} (a Measurement's leveled_ns()), written as arg
     "xsp.leveled_ns".  Written atomically; OSError on failure."""
+    if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
+        trace, leveled = trace.trace, trace.leveled_ns() if leveled is None else leveled
     text = "".join(_events_text(trace, base_ns, leveled or {}))
     path = os.fspath(path)
     if path.endswith(".gz"):
@@ -597,7 +602,7 @@ def max_bytes_default():
 
 def read(path, *, max_bytes=None):
     """Parses a Kineto JSON trace (torch.profiler's export_chrome_trace, .json or .json.gz)
-    into the core's TraceData, streamed: the file (inflated as it is read when it is gzip) goes
+    into an xsp.Trace, streamed: the file (inflated as it is read when it is gzip) goes
     to the C reader (csrc/io/kjson.h) a megabyte at a time, so memory follows the events, not
     the file's size.  More than max_bytes bytes of JSON text (default: max_bytes_default(), 2 GiB)
     is refused.  Raises
@@ -619,7 +624,7 @@ def read(path, *, max_bytes=None):
                 raise
             raise _fail(path, str(exc), offset=exc.offset, index=exc.event) from None
     data._add_meta({"kineto.path": os.path.abspath(path)})
-    return data
+    return Trace(data)
 
 
 def _too_big(path, max_bytes):

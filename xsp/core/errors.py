@@ -14,7 +14,7 @@ stop, and re-exported here:
     TraceFormatError         a trace file is truncated, corrupt or foreign (.path, .offset)
     XSPWarning               something was recorded differently from what was asked
 """
-from ._core import (GPUError, LevelUnavailableError, ProfilerError, SessionActiveError,
+from xsp._core import (GPUError, LevelUnavailableError, ProfilerError, SessionActiveError,
                     SessionStateError, SourceError, TraceFormatError, TraceLostError, XSPWarning)
 
 __all__ = ["ProfilerError", "LevelUnavailableError", "GPUError", "SessionActiveError",

@@ -25,10 +25,11 @@ import weakref
 
 import numpy as np
 
-from . import _core
-from .errors import LevelUnavailableError, ProfilerError, SessionStateError, XSPWarning
-from .levels import parse_levels
-from .trace import Trace
+from xsp import _core
+from xsp.core.errors import LevelUnavailableError, ProfilerError, SessionStateError, XSPWarning
+from xsp.core.levels import parse_levels
+from xsp.core.util import deprecated
+from xsp.values.trace import Trace
 
 LEVEL_M, LEVEL_L = 0, 1
 KIND = {name: i for i, name in enumerate(_core.KINDS)}
@@ -37,11 +38,14 @@ KIND = {name: i for i, name in enumerate(_core.KINDS)}
 MIN_MEMORY = 1 << 18
 
 
+# the package's directory: frames of code in it (any of its folders) are xsp's own
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _caller():
     """file:line of the user code that made a profile, for error messages."""
-    here = os.path.dirname(os.path.abspath(__file__))
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PACKAGE_DIR):
         f = f.f_back
     return "%s:%d" % (f.f_code.co_filename, f.f_lineno) if f is not None else "?"
 
@@ -279,7 +283,7 @@ def _passthrough_codes():
     xsp's own code called them (csrc/python/pystack.c)."""
     codes = [c for c in _ModuleCalls.make.__code__.co_consts
              if getattr(c, "co_name", None) == "__call__"]
-    for mod, name in (("xsp.leveled", "measure"), ("xsp.cli", "_run_script"),
+    for mod, name in (("xsp.producers.leveled", "measure"), ("xsp.cli", "_run_script"),
                       ("xsp.perf", "_count_memory")):
         f = getattr(sys.modules.get(mod), name, None)
         if f is not None and hasattr(f, "__code__"):
@@ -352,7 +356,7 @@ class profile(_core.Session):
         # with_stack: Python function calls as spans of kind "python", xsp's own code left
         # out (csrc/python/pystack.c)
         self.with_stack = bool(with_stack)
-        stack = _core.PyStack(os.path.dirname(os.path.abspath(__file__)) + os.sep,
+        stack = _core.PyStack(_PACKAGE_DIR,
                               _passthrough_codes()) if with_stack else None
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
@@ -397,18 +401,18 @@ class profile(_core.Session):
             wrapper, cell = self._modules.make()
             names = self._modules.thread_names
         names[threading.get_native_id()] = threading.current_thread().name
-        from ._version import __version__
+        from xsp._version import __version__
         meta = {"xsp_version": __version__}
         meta.update(_process_meta(torch))
-        # the clock exchange with rank 0 before and after recording (xsp/distributed.py): by
+        # the clock exchange with rank 0 before and after recording (xsp/analysis/distributed.py): by
         # default whenever torch.distributed runs more than one rank when the profile is made
         self._meta = meta           # the dict the session reads at stop (start samples go in)
         self._torch_mod = torch
         # torch.compile: Dynamo's compile callbacks record compile spans; the tables the stop
         # reads (instance dict, in C) give them and the spans of compiled regions attributes
-        from . import compiled
-        self._span_attrs = compiled.prepare(meta)
-        from . import distributed
+        from xsp.producers import dynamo
+        self._span_attrs = dynamo.prepare(meta)
+        from xsp.producers import clock as distributed
         # xsp's own cost (meta overhead.*): the per-span cost of these levels and options,
         # calibrated here, before the start (never inside a recorded region)
         cost = _span_cost(levels, self.record_shapes, self.profile_memory, self.with_stack,
@@ -494,7 +498,7 @@ class profile(_core.Session):
     def _sync_start(self):
         if self._state != "new":
             return
-        from . import distributed
+        from xsp.producers import clock as distributed
         if distributed.active():
             self._meta.update(_process_meta(self._torch_mod))
         self._meta.update(distributed.start_meta(_core.now))
@@ -502,7 +506,7 @@ class profile(_core.Session):
     def _sync_stop(self):
         # only after a start exchange: every rank then comes here too (SPMD)
         if self._meta.get("clock.sync") == "process group" and self._data is not None:
-            from . import distributed
+            from xsp.producers import clock as distributed
             self._data._add_meta(distributed.stop_meta(_core.now, self._meta["job_id"]))
 
     def start(self):
@@ -532,11 +536,12 @@ class profile(_core.Session):
         self._step()
 
     def report(self, top=10):
-        """The text summary of the trace (xsp.report.text); after the block only."""
+        """Deprecated: xsp.report.text(prof.trace); after the block only."""
+        deprecated("profile.report()", "xsp.report.text(prof.trace)")
         if self.trace is None:
             raise SessionStateError("report() needs a finished profile: call it after the "
                                     "block")
-        from . import report
+        from xsp import report
         return report.text(self.trace, top=top)
 
     def _repr_html_(self):
@@ -863,7 +868,7 @@ def _import_torch():
 def _load_shim(torch):
     """Imports xsp._torch (after torch) and checks it was built for this torch."""
     try:
-        from . import _torch
+        from xsp import _torch
     except ImportError as exc:
         raise ProfilerError(
             "xsp was installed without its torch shim (xsp._torch), so it cannot record level L "

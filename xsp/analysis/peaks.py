@@ -35,7 +35,7 @@ import socket
 import time
 import warnings
 
-from ._util import atomic_write
+from xsp.core.util import atomic_write
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 ENV = "XSP_PEAKS"

@@ -1,7 +1,7 @@
 """FLOPs and bytes moved per op, layer, step and model, from the op input attributes that
 xsp.profile(levels="ML", record_shapes=True) records (docs/analyses.md, "FLOPs and bytes").
 
-    from xsp import flops
+    from xsp.analysis import flops
     flops.op_costs(trace)             # one row per op and backward span with inputs
     flops.costs(trace, by="layer")    # totals per layer ("layer", "step", "model", "op")
     flops.summary(trace)              # totals, FLOPs per dtype, what had no formula or failed
@@ -49,7 +49,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .trace import KINDS, Trace, nearest_ancestor
+from xsp.values.trace import KINDS, Trace, nearest_ancestor
 
 INPUT_ATTRS = ("input_dims", "input_types", "input_strides", "concrete_inputs")
 BY = ("layer", "step", "model", "op")

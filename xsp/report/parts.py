@@ -22,8 +22,8 @@ import re
 
 import numpy as np
 
-from ._util import fmt_ns, printable
-from .trace import KINDS, ancestor_count
+from xsp.core.util import fmt_bytes, fmt_ns, printable
+from xsp.values.trace import KINDS, ancestor_count
 
 __all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
            "roofline_svg", "memory_svg", "SORT_SCRIPT"]
@@ -763,12 +763,7 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
 
 
 # -- tables -------------------------------------------------------------------------------
-def _fmt_bytes(v):
-    a = abs(v)
-    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if a >= div:
-            return "%.1f %s" % (v / div, unit)
-    return "%d B" % v
+_fmt_bytes = fmt_bytes     # the one byte format (xsp.core.util)
 
 
 def _missing(v):
@@ -894,12 +889,7 @@ def page(title, *parts):
             % (_esc(title), CSS, _esc(title), "\n".join(parts)))
 
 
-def _bytes_label(v):
-    """Bytes in binary units: 1536 -> '1.5 KiB'."""
-    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(v) >= div:
-            return "%.3g %s" % (v / div, unit)
-    return "%d B" % v
+_bytes_label = fmt_bytes
 
 
 def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):

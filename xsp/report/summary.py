@@ -14,8 +14,8 @@ import io
 import numpy as np
 import pandas as pd
 
-from . import analysis as A
-from ._util import atomic_write, fmt_ns, fmt_signed, printable
+from xsp.analysis import tables as A
+from xsp.core.util import atomic_write, fmt_ns, fmt_signed, printable
 
 
 def fmt_share(x):
@@ -118,7 +118,7 @@ def _compile_line(m, trace):
         return None
     if trace is None or not hasattr(trace, "name_codes"):
         return None
-    from .compiled import summary
+    from xsp.analysis.compiled import summary
     s = summary(trace)
     if s is None:
         return None
@@ -141,7 +141,7 @@ def _break_lines(trace):
     one per break, "  graph break at file:line: reason", the first BREAKS_SHOWN of them."""
     if trace is None or not hasattr(trace, "name_codes"):
         return []
-    from .compiled import graph_breaks
+    from xsp.analysis.compiled import graph_breaks
     gb = graph_breaks(trace)
     out = ["  graph break at %s: %s" % (r.source or "an unknown line", r.reason or "?")
            for r in gb.head(BREAKS_SHOWN).itertuples(index=False)]
@@ -474,7 +474,8 @@ def text(source, top=10, op_sort="self_ns", include_compile=False):
 def _work_lines(source, s):
     """The text report's lines on FLOPs (record_shapes) and memory (profile_memory): [] when
     the trace has neither."""
-    from . import flops, memory
+    from xsp.analysis import flops
+    from xsp.analysis import memory
     trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
     if trace is None and s.measurement is not None:
         trace = s.measurement.trace
@@ -500,12 +501,12 @@ def _work_lines(source, s):
 
 
 def _html_si(v):
-    from . import _html
+    from xsp.report import parts as _html
     return _html._si(float(v)) if v == v else "?"
 
 
 def _bytes(v):
-    from . import _html
+    from xsp.report import parts as _html
     return _html._bytes_label(v)
 
 
@@ -683,8 +684,8 @@ def _roofline_parts(trace, top):
     """The report's roofline section (HTML strings): a note, the plot (xsp._html.roofline_svg,
     one point per layer, or per op without layers) and the table's first `top` rows; [] when
     the trace's ops carry no inputs (xsp.profile(record_shapes=True))."""
-    from . import _html
-    from . import peaks as P
+    from xsp.report import parts as _html
+    from xsp.analysis import peaks as P
     if trace is None:
         return []
     src = A._src(trace)
@@ -774,7 +775,8 @@ def _memory_parts(trace, top):
     """The report's memory section (HTML strings), for a trace recorded with
     profile_memory=True: per device the totals, the timeline (xsp._html.memory_svg) and the
     layers with the highest peaks; [] without memory."""
-    from . import _html, memory
+    from xsp.report import parts as _html
+    from xsp.analysis import memory
     if trace is None or not memory.has_memory(trace):
         return []
     esc = _html_mod.escape
@@ -809,7 +811,7 @@ def _memory_parts(trace, top):
 def html_fragment(source, top=10, include_compile=False):
     """The report as an HTML fragment (a <div>), as Jupyter shows it; include_compile as in
     text()."""
-    from . import _html
+    from xsp.report import parts as _html
     s = _Summary(source, top, include_compile=include_compile)
     esc = _html_mod.escape
     parts = ['<div class="xsp-report"><style>%s</style>' % _CSS]
@@ -828,7 +830,7 @@ def html_fragment(source, top=10, include_compile=False):
 
     meta = getattr(source, "meta", None)
     if isinstance(meta, dict) and "ranks" in meta:     # a merged job: the ranks first
-        from . import distributed
+        from xsp.analysis import distributed
         table("Ranks", distributed.ranks(source), "-",
               "a distributed job of %s ranks, clocks aligned by %s; per step means; wait: in "
               "collectives for the last rank; caused: the waiting a rank caused by arriving "
@@ -885,30 +887,14 @@ def html(source, path=None, top=10, include_compile=False):
     """The report as one self-contained HTML document (tables, an SVG timeline of one
     iteration, the collapsible tree and embedded PNG plots), include_compile as in text().
     Written to path (atomically) when given; returns the document as a str."""
-    s_frag = html_fragment(source, top=top, include_compile=include_compile)
+    return document(html_fragment(source, top=top, include_compile=include_compile), path)
+
+
+def document(fragment, path=None):
+    """fragment (a report's <div>) as a self-contained HTML document, written to path
+    (atomically) when given; returns the document.  OSError when path cannot be written."""
     doc = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>xsp report</title>"
-           "</head><body>\n%s\n</body></html>\n" % s_frag)
+           "</head><body>\n%s\n</body></html>\n" % fragment)
     if path is not None:
         atomic_write(path, lambda f: f.write(doc))
     return doc
-
-
-# -- comparing two traces --------------------------------------------------------------------
-def compare(before, after, top=None, *, k=2.0):
-    """Compares two runs: xsp.compare.compare(before, after, k=k), a Comparison (layers matched
-    by name and type, summary, ops, kernels, each change judged against the runs' noise;
-    docs/analyses.md, "Comparing two runs").  With top, its layers, ops and kernels tables
-    keep their first top rows (Comparison.head)."""
-    from .compare import compare as _compare_runs
-    c = _compare_runs(before, after, k=k)
-    return c if top is None else c.head(top)
-
-
-def compare_text(before, after, top=20, names=("before", "after"), *, k=2.0):
-    """compare() as text (Comparison.text): the summary (iteration latency and phases), the
-    layers added, removed and retyped, then the layer, op and kernel tables."""
-    from .compare import compare as _compare_runs
-    return _compare_runs(before, after, k=k).text(top=top, names=names)
-
-
-__all__ = ["text", "html", "html_fragment", "compare", "compare_text", "fmt_ns"]

@@ -11,8 +11,10 @@ import os
 
 import numpy as np
 
-from ._util import atomic_write, printable
-from .trace import KINDS, LEVELS
+from xsp.core.util import atomic_write, printable
+from xsp.formats.kineto import SPAWN_FLOW, spawn_links, thread_pids
+from xsp.formats.kineto import read as kineto_read
+from xsp.values.trace import KINDS, LEVELS, Trace
 
 
 def _finite(obj):
@@ -48,14 +50,23 @@ def _pid(trace):
                % (pid,))
 
 
+def read(path, **options):
+    """The trace in a trace-event JSON file (xsp's Chrome export, torch.profiler's, any
+    Chrome/Perfetto JSON with complete events): the trace-event reader of
+    xsp.formats.kineto, which this format shares its syntax with.  Errors as kineto.read."""
+    return kineto_read(path, **options)
+
+
 def write(trace, path):
-    """Writes trace (an xsp.Trace) to path as Chrome trace event JSON (chrome://tracing,
+    """Writes trace (an xsp.Trace; of an xsp.Measurement, its deepest run's) to path as Chrome trace event JSON (chrome://tracing,
     Perfetto UI): one track per thread, complete ("X") events with ns-exact microsecond
     timestamps relative to the first span, so nesting is kept; span id, parent and attributes
     go into args (an attribute named id or parent as attr.id, attr.parent).  The process id
     is the trace's meta pid; one that is not an int from 0 to 2**31-1 (a damaged or
     hand-made trace) is replaced by 0 and otherData.xsp.pid_note says so.  Written
     atomically; raises OSError on failure."""
+    if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
+        trace = trace.trace
     pid, note = _pid(trace)
     # times as the uint64 they are in the trace: exact past 2**63 too, in Python ints
     start = trace.start_ns.view(np.uint64)
@@ -71,7 +82,6 @@ def _write(trace, f, pid, note, t0, parents):
     f.write('{"displayTimeUnit":"ns","otherData":')
     f.write(_dumps({"xsp": other}))
     f.write(',"traceEvents":[\n')
-    from .kineto import thread_pids
     pids = thread_pids(trace, pid)
     first = True
     for p in sorted(set(pids)) or [pid]:
@@ -114,7 +124,6 @@ def _write(trace, f, pid, note, t0, parents):
                                 tids[thread[i]], _us(start[i] - t0),
                                 _us(end[i] - start[i]), _dumps(args)))
     # an intra-op pool thread's span, from the op that spawned it on another thread: a flow
-    from .kineto import SPAWN_FLOW, spawn_links
     for n, (i, j) in enumerate(spawn_links(trace), 1):
         ts = _us(start[i] - t0)
         for ph, k, bp in (("s", j, ""), ("f", i, ',"bp":"e"')):
@@ -124,4 +133,4 @@ def _write(trace, f, pid, note, t0, parents):
     f.write("\n]}\n")
 
 
-__all__ = ["write"]
+__all__ = ["read", "write"]

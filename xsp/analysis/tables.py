@@ -21,8 +21,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import iterations
-from .trace import Trace, ancestor_count, nearest_ancestor
+from xsp.core import iterations
+from xsp.values.trace import Trace, ancestor_count, nearest_ancestor
 
 GPU_WORK = ("kernel", "memcpy", "memset")
 # the names of torch.compile's compile spans (xsp.compiled.COMPILE, RECOMPILE)
@@ -787,21 +787,21 @@ def _has_inputs(src):
 
 
 def _op_costs(source, src):
-    """xsp.flops.op_costs of the source, checked: a DataFrame with id, flops, bytes, dtype,
+    """xsp.analysis.flops.op_costs of the source, checked: a DataFrame with id, flops, bytes, dtype,
     counted, status (one row per op span with inputs)."""
-    from . import flops
+    from xsp.analysis import flops
     if not isinstance(source, Trace):
         raise TypeError("the roofline's FLOPs and bytes come from an xsp.Trace's op inputs "
-                        "(xsp.flops.op_costs), not from a %s: pass the trace (for a "
+                        "(xsp.analysis.flops.op_costs), not from a %s: pass the trace (for a "
                         "Measurement, its .trace)" % type(source).__name__)
     oc = flops.op_costs(source)
     need = {"id", "flops", "bytes", "dtype", "counted", "status"}
     missing = need - set(oc.columns)
     if missing:
-        raise ValueError("xsp.flops.op_costs gave no column(s) %s" % ", ".join(sorted(missing)))
+        raise ValueError("xsp.analysis.flops.op_costs gave no column(s) %s" % ", ".join(sorted(missing)))
     ids = oc["id"].to_numpy().astype(np.int64)
     if len(ids) and (ids.min() < 0 or ids.max() >= len(src.df)):
-        raise ValueError("xsp.flops.op_costs gave span ids outside the trace")
+        raise ValueError("xsp.analysis.flops.op_costs gave span ids outside the trace")
     return oc
 
 
@@ -930,7 +930,7 @@ def _roof_columns(F, B, t_ns, parts, roof):
 
 def _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device):
     """(_Roof or None, the peaks as a dict or None, note or None) for a roofline call."""
-    from . import peaks as P
+    from xsp.analysis import peaks as P
     legacy = (peak_gflops, peak_dram_gbps)
     if any(v is not None for v in legacy):
         if peaks is not None and peaks is not False:
@@ -981,7 +981,7 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
     a layer's the time of the op spans it owns (nested spans owned by another layer not
     counted), forward and backward; the model's the iterations' time.  With level G: the
     GPU work (kernels, copies, memsets) launched by those spans.  Analytical costs come from
-    xsp.flops.op_costs (op inputs: xsp.profile(record_shapes=True)), its nested and composite
+    xsp.analysis.flops.op_costs (op inputs: xsp.profile(record_shapes=True)), its nested and composite
     ops left out (their work is in the costed op); kernels with `flops` and `dram_bytes`
     attributes (hardware counters) replace them (see _span_costs).
 

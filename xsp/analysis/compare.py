@@ -2,7 +2,7 @@
 change is larger than the runs' own noise (docs/analyses.md, "Comparing two runs").
 
     c = xsp.report.compare(before, after)   # or: from xsp.compare import compare
-    print(c.text())
+    print(xsp.report.text(c))
     c.layers, c.added, c.removed, c.retyped, c.summary, c.ops, c.kernels   # DataFrames
     if c.worst(0.05): ...                        # the step got slower beyond noise by > 5 %
 
@@ -36,8 +36,8 @@ import numbers
 import numpy as np
 import pandas as pd
 
-from . import analysis as A
-from ._util import fmt_ns, fmt_signed, printable
+from xsp.analysis import tables as A
+from xsp.core.util import fmt_ns, fmt_signed, printable
 
 FIGURE_COLUMNS = ["before_ns", "after_ns", "before_std_ns", "after_std_ns", "delta_ns",
                   "delta_share", "noise_ns", "verdict"]
@@ -175,7 +175,7 @@ def _exact_figures(source, src, it):
     """({figure: frame of name, inputs, iteration, ns (the value)}, {figure: why it is not
     there}) for one side: the EXACT_FIGURES that its recording has, in its iterations.  Op
     calls count a redispatch with the op it redispatches (as torch.profiler and xsp.perf)."""
-    from .trace import Trace
+    from xsp.values.trace import Trace
     out, lacks = {}, {}
     names = src.df["name"].to_numpy()
     is_op = src.kind == "op"
@@ -191,7 +191,7 @@ def _exact_figures(source, src, it):
         out["input shapes"] = _rows(names[keep], it[keep], 1, dims[keep].astype(object))
         if isinstance(source, Trace):
             try:
-                from . import flops
+                from xsp.analysis import flops
                 c = flops.op_costs(source)
             except (ImportError, ValueError) as exc:
                 lacks["FLOPs"] = lacks["bytes moved"] = str(exc).split("\n")[0]
@@ -213,7 +213,7 @@ def _exact_figures(source, src, it):
     else:
         for fig in _GPU_FIGURES.values():
             lacks[fig] = "level G"
-    from . import memory
+    from xsp.analysis import memory
     if memory.has_memory(src.df):
         ms = memory.spans(src.df)
         mit = it[ms["id"].to_numpy(np.int64)]
@@ -530,7 +530,14 @@ class Comparison:
 
     # -- reading ----------------------------------------------------------------------------
     def text(self, top=20, names=("before", "after")):
-        """The comparison as text: the summary, the layers added, removed and retyped (each
+        """Deprecated: xsp.report.text(comparison)."""
+        from xsp.core.util import deprecated
+        deprecated("Comparison.text()", "xsp.report.text(comparison)")
+        return self._text(top=top, names=names)
+
+    def _text(self, top=20, names=("before", "after")):
+        """The comparison as text (xsp.report.text(comparison)): the summary, the layers
+        added, removed and retyped (each
         section only when not empty), then the layers, ops and kernels tables (top rows
         each).  Returns a str."""
         if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
@@ -618,12 +625,12 @@ class Comparison:
         return printable("\n".join(out) + "\n")
 
     def __str__(self):
-        return self.text()
+        return self._text()
 
     def __repr__(self):
         s = self.summary.iloc[0]
         called = self.layers["verdict"].value_counts() if len(self.layers) else {}
-        return ("<xsp.compare.Comparison %s %s %s; iterations %d -> %d; layers: %d slower, "
+        return ("<xsp.analysis.compare.Comparison %s %s %s; iterations %d -> %d; layers: %d slower, "
                 "%d faster, %d added, %d removed, %d retyped>" % (
                     self.latency, fmt_change(s["delta_ns"], s["delta_share"]), s["verdict"],
                     self.iterations[0], self.iterations[1], called.get("slower", 0),

@@ -32,6 +32,20 @@ def fmt_ns(ns):
     return "%d ns" % round(ns)
 
 
+def fmt_bytes(n):
+    """A byte count for people, in binary units with one decimal: 812 B, 12.3 KiB, 117.7 MiB,
+    2.0 GiB; '-' for None and NaN.  The one byte format of the text and HTML reports, the
+    plots, the CLI and the pytest summary."""
+    n = _number(n)
+    if n is None:
+        return "-"
+    a = abs(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            return "%.1f %s" % (n / size, unit)
+    return "%d B" % round(n)
+
+
 def fmt_signed(ns, share=None):
     """A signed duration for people, "+1.234 ms" or "-193.900 us", followed by a signed share
     when given and not NaN: "+1.234 ms (+3.4%)"; '-' for NaN or None."""
@@ -131,3 +145,12 @@ def _unlink(tmp):
         os.unlink(tmp)
     except OSError:
         pass
+
+
+def deprecated(old, new, stacklevel=3):
+    """Warns, once per call site, that spelling old (e.g. "Trace.save(path)") is deprecated
+    and names its replacement new ("xsp.save(trace, path)"): a DeprecationWarning, pointed at
+    the caller of the function that calls this one.  Cannot fail."""
+    import warnings
+    warnings.warn("%s is deprecated: use %s (it keeps working for one release)" % (old, new),
+                  DeprecationWarning, stacklevel=stacklevel)

@@ -16,7 +16,7 @@ gives the same ids.  Times are Unix-epoch ns: xsp's CLOCK_MONOTONIC ns plus the 
 clock.wall_offset_ns (wall - monotonic, recorded with the trace), or an offset estimated at
 export when the trace has none (resource attribute xsp.clock.wall_anchor says which).
 
-Nothing here changes or removes a local file: send() only reads the trace, and write_json()
+Nothing here changes or removes a local file: send() only reads the trace, and write()
 replaces its output path atomically.
 """
 import hashlib
@@ -29,10 +29,10 @@ import socket
 import time
 import warnings
 
-from ._util import atomic_write, printable
-from ._version import __version__
-from .errors import XSPWarning
-from .trace import KINDS, LEVELS
+from xsp.core.util import atomic_write, printable
+from xsp._version import __version__
+from xsp.core.errors import XSPWarning
+from xsp.values.trace import KINDS, LEVELS
 
 _INSTALL = "pip install xsp[otlp]"
 _TRACE_PER = ("profile", "step")
@@ -430,7 +430,7 @@ def to_json(source, **options):
     return _hex_ids(json_format.MessageToDict(request, use_integers_for_enums=True))
 
 
-def write_json(source, path, **options):
+def write(source, path, **options):
     """Writes the OTLP/JSON of the export (to_json(source, **options); options as spans())
     to path, atomically: a file that Jaeger's UI loads ("JSON File" upload) and that an
     OTLP/HTTP JSON receiver accepts.  Returns path.  Raises OSError when it cannot be
@@ -440,5 +440,11 @@ def write_json(source, path, **options):
     return path
 
 
-__all__ = ["ExportError", "TimeRangeError", "spans", "send", "to_json", "write_json",
-           "wall_clock"]
+def write_json(source, path, **options):
+    """Deprecated: xsp.save(source, path) (an .otlp.json path), or write(source, path)."""
+    from xsp.core.util import deprecated
+    deprecated("xsp.otlp.write_json(source, path)", "xsp.save(source, path)")
+    return write(source, path, **options)
+
+
+__all__ = ["ExportError", "TimeRangeError", "spans", "send", "to_json", "write", "wall_clock"]

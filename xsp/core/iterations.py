@@ -11,7 +11,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ._tree import nearest_ancestor
+from xsp.core.tree import nearest_ancestor
 
 # ids, starts, ends: int64 arrays in start order (the iterations); setup: (span id, start,
 # end) of the setup window or None; setup_rule: how the setup was decided (a sentence) or None;
