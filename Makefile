@@ -31,7 +31,7 @@ demo: setup
 	$(PY) -m xsp.demo --out $(OUT)
 
 # the test tools (chromium for the browser check) are installed by setup when this is set;
-# with it set, tests/py/test_browser.py fails instead of skipping when chromium is missing
+# with it set, tests/py/report/test_browser.py fails instead of skipping when chromium is missing
 test: export XSP_TEST_TOOLS := 1
 test: setup ctest pytest
 
@@ -85,7 +85,7 @@ $(BIN)/test_%: tests/c/test_%.c $$(test_$$*_SRC) $(CTEST_DEPS) | $(BIN)
 $(BIN)/test_%_san: tests/c/test_%.c $$(test_$$*_SRC) $(CTEST_DEPS) | $(BIN)
 	$(CC) $(CFLAGS_DEV) $(SAN) $(test_$*_CFLAGS) $< $(test_$*_SRC) $(test_$*_LIBS) -o $@
 
-# a level-G training loop through the real session and merge, for tests/py/test_kineto.py
+# a level-G training loop through the real session and merge, for tests/py/formats/test_kineto.py
 make_gpu_trace_SRC := $(CORE_SRC) $(GPU_SRC) $(IO_SRC)
 $(BIN)/make_gpu_trace: tests/c/make_gpu_trace.c $(make_gpu_trace_SRC) $(CTEST_DEPS) | $(BIN)
 	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) $< $(make_gpu_trace_SRC) $(MSGPACK_FLAGS) \

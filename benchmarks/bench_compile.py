@@ -6,7 +6,7 @@ with its spread, the overhead per call above the unprofiled compiled model, and 
 torch.profiler's overhead to xsp's.
 
 The model is compiled once, before any round, outside every profile (a first compile takes
-seconds); xsp does not change what Dynamo compiled (tests/py/test_compile.py), so every
+seconds); xsp does not change what Dynamo compiled (tests/py/producers/test_compile.py), so every
 variant runs the same compiled code.
 
     python benchmarks/bench_compile.py [--iters 50] [--rounds 15] [--backend inductor]

@@ -35,7 +35,7 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
 "$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=8"
-# tqdm: the optional progress bar of xsp.measure, which tests/py/test_measure.py checks
+# tqdm: the optional progress bar of xsp.measure, which tests/py/producers/test_measure.py checks
 "$VPY" -m pip install -q "tqdm==4.70.1"
 # transformers: the config classes the built-in model zoo is made of (xsp/zoo/catalog.py; the
 # `zoo` extra), with torch pinned in the same command so that pip keeps the CPU build.
@@ -49,26 +49,26 @@ XSP_DEV=1 XSP_REQUIRE_TORCH=1 "$VPY" -m pip install -q --no-build-isolation --no
 "$VPY" -c "import xsp, xsp._core, torch; import xsp._torch; print('setup: xsp', xsp.__version__, 'with torch', torch.__version__)"
 
 # -- test tools: only with XSP_TEST_TOOLS=1 (`make test` sets it) ----------------------------
-# A headless browser for tests/py/test_browser.py (scripts/browser_check.py renders the HTML
+# A headless browser for tests/py/report/test_browser.py (scripts/browser_check.py renders the HTML
 # report in it).  Idempotent: nothing happens when a chromium is already on PATH.  Pinned to
 # the version the check was made with; when the archive no longer has it, the candidate is
 # taken, with a warning.  Without apt-get, or when the install fails, it warns and goes on:
 # the browser test then skips itself, saying why.
 if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
-    # pytest-xdist for tests/py/test_pytest_plugin.py (the plugin under two workers): the
+    # pytest-xdist for tests/py/perf/test_pytest_plugin.py (the plugin under two workers): the
     # version of xsp's `pytest` extra
     "$VPY" -m pip install -q "pytest-xdist==3.8.0"
-    # Ray for tests/py/test_zoo_run.py (xsp zoo run --engine ray on a real local cluster):
+    # Ray for tests/py/zoo/test_zoo_run.py (xsp zoo run --engine ray on a real local cluster):
     # xsp's `ray` extra, with torch pinned in the same command so that pip keeps the CPU build
     "$VPY" -m pip install -q "$TORCH_PIN" "ray==2.60.0"
-    # HTA and TensorBoard's profiler plugin for tests/py/test_kineto.py, pinned.  HTA 0.5.0
+    # HTA and TensorBoard's profiler plugin for tests/py/formats/test_kineto.py, pinned.  HTA 0.5.0
     # declares jupyterlab (and pytest) as requirements, which its analyses never import:
     # installed without its declared dependencies, with the ones it imports, pinned to the
     # versions the tests were made with (numpy and pandas are the project's own).
     "$VPY" -m pip install -q --no-deps "HolisticTraceAnalysis==0.5.0" "torch-tb-profiler==0.4.3"
     "$VPY" -m pip install -q "networkx==3.6.1" "plotly==7.1.0" "pydot==4.0.1" \
         "psutil==7.2.2" "PyYAML==6.0.4"
-    # OpenTelemetry for tests/py/test_otlp.py: xsp's `otlp` extra, pinned
+    # OpenTelemetry for tests/py/formats/test_otlp.py: xsp's `otlp` extra, pinned
     "$VPY" -m pip install -q "opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2" \
         "opentelemetry-exporter-otlp-proto-http==1.45.2" "opentelemetry-proto==1.45.2" \
         "protobuf==7.36.2"
@@ -76,7 +76,7 @@ if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
     if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
         :
     elif ! command -v apt-get >/dev/null; then
-        echo "setup: warning: no apt-get: install chromium yourself for tests/py/test_browser.py" >&2
+        echo "setup: warning: no apt-get: install chromium yourself for tests/py/report/test_browser.py" >&2
     else
         TSUDO=""; [ "$(id -u)" = 0 ] || TSUDO="sudo"
         $TSUDO apt-get update -qq || true
@@ -96,7 +96,7 @@ if [ "${XSP_TEST_TOOLS:-0}" = 1 ]; then
                 >/dev/null; then
             echo "setup: $(chromium --version 2>/dev/null)"
         else
-            echo "setup: warning: could not install $CHROMIUM_PKG; tests/py/test_browser.py" \
+            echo "setup: warning: could not install $CHROMIUM_PKG; tests/py/report/test_browser.py" \
                  "will skip" >&2
         fi
     fi

@@ -1,6 +1,6 @@
 /*
  * make_gpu_trace.c: writes an .xsp trace of a small training loop at levels M, L and G without a
- * GPU, for the Python tests of what reads level G (tests/py/test_kineto.py: HTA's and
+ * GPU, for the Python tests of what reads level G (tests/py/formats/test_kineto.py: HTA's and
  * TensorBoard's GPU views of xsp's Kineto export).
  *
  * The trace is made the way a real one is: the real recording session (core/session.c) with

@@ -342,3 +342,29 @@ def test_the_zoo_reports_read_the_store_only():
                 bad.append("%s: xsp.zoo.%s imports %s; it reads the results through %s only"
                            % (_where("zoo." + mod, line), mod, dst, ", ".join(sorted(allowed))))
     assert bad == [], "\n".join(bad)
+
+
+def test_every_package_folder_is_installed():
+    """A non-editable install ships the packages pyproject.toml lists: every folder of xsp/
+    must be one (a new layer folder left out installs an xsp that cannot import itself)."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    folders = {"xsp"} | {"xsp." + d for d in os.listdir(PKG)
+                         if os.path.isfile(os.path.join(PKG, d, "__init__.py"))}
+    assert listed == folders
+
+
+def test_the_tests_are_laid_out_as_the_package():
+    """tests/py has a folder per unit of the package (a layer's folder, or the perf and CLI
+    entry points), each test file in the folder of what it tests; only the package-wide checks
+    and the shared helpers sit at its top."""
+    tests = os.path.join(ROOT, "tests", "py")
+    folders = sorted(d for d in os.listdir(tests) if os.path.isdir(os.path.join(tests, d))
+                     and not d.startswith((".", "__")))
+    assert folders == ["analysis", "cli", "core", "formats", "perf", "producers", "report",
+                       "values", "zoo"]
+    assert all(unit(d) in LAYERS for d in folders)
+    top = sorted(f for f in os.listdir(tests) if f.endswith(".py"))
+    assert top == ["conftest.py", "helpers.py", "helpers_flops.py", "models.py",
+                   "test_api_rule.py", "test_layering.py", "test_regressions.py"]

@@ -60,7 +60,7 @@ METRICS = ["flops", "bytes", "forward_flops", "backward_flops", "forward_bytes",
            "backward_bytes", "uncovered", "failed"]
 
 # torch's C++ type names (caffe2::TypeMeta::name(), as Kineto's "Input type" has them) -> the
-# torch dtype attribute; tests/py/test_flops.py checks each against torch.profiler
+# torch dtype attribute; tests/py/analysis/test_flops.py checks each against torch.profiler
 DTYPES = {
     "float": "float32", "double": "float64", "c10::Half": "float16",
     "c10::BFloat16": "bfloat16", "long int": "int64", "int": "int32", "short int": "int16",

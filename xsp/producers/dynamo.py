@@ -51,7 +51,7 @@ What torch does not keep, and so no trace has (docs/api.md): the modules of back
 (the backward graph's nodes carry no nn_module_stack), the modules of C++ kernels without
 provenance tracking, and the times of graph breaks within a compilation.
 
-Why this way: xsp never changes what Dynamo compiles (tests/py/test_compile.py and
+Why this way: xsp never changes what Dynamo compiles (tests/py/producers/test_compile.py and
 test_compile_events.py compare Dynamo's counters): no backend wrapper, no custom pass, no
 config change; the callbacks and the reading of finished graphs are observation only.  The one
 thing xsp tells Dynamo is to leave xsp's own frames alone (its skip rules, and each xsp code

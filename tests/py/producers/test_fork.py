@@ -14,7 +14,7 @@ import xsp
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 
 def _script(tmp_path, body):

@@ -16,6 +16,9 @@ from test_html_parts import training_trace
 from xsp.report import parts as H
 from xsp.analysis import tables as A
 
+# the `slow` tier (pytest -m "not slow" leaves it out): headless chromium
+pytestmark = pytest.mark.slow
+
 B, needs_chromium = browser_checker()
 
 

@@ -1,4 +1,4 @@
-"""A small distributed job for tests/py/test_distributed.py: WORLD gloo processes on this
+"""A small distributed job for tests/py/analysis/test_distributed.py: WORLD gloo processes on this
 host, each profiling STEPS steps of a multiply and an all_reduce at level ML; rank SLOW is the
 straggler: in each step it waits until every other rank has begun its all_reduce (they call
 it with async_op=True, then say so in the job's store, then wait for it), then sleeps SLEEP

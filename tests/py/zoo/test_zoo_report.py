@@ -29,7 +29,7 @@ from xsp.zoo import analyses as Z
 from xsp.zoo import cli, report, store
 from xsp.zoo.store import StoreError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
 EVIL = "<script>alert(1)</script>&"
 EVIL_LAYER = "<b>x</b>\"'"

@@ -21,7 +21,10 @@ import transformers
 from xsp.zoo import catalog
 from xsp.zoo.catalog import Zoo, ZooError, load
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the `slow` tier (pytest -m "not slow" leaves it out): every built-in architecture built and run once
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 TRANSFORMERS = transformers.__version__
 # the keys of two built-in entries: a change of these is a change of every stored result's key

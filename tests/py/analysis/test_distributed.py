@@ -1,6 +1,6 @@
 """Beyond one process (xsp/analysis/distributed.py, docs/distributed.md): ranks in the meta, the clock
 exchange, merging the ranks' traces, the analyses across ranks, and the CLI; real gloo jobs
-of 2 and 4 processes on this host (tests/py/dist_worker.py) and synthetic traces with
+of 2 and 4 processes on this host (tests/py/analysis/dist_worker.py) and synthetic traces with
 injected clock offsets for exact values.  The real jobs' checks hold on a loaded machine: the
 straggler arrives last by construction (it waits in the job's store for the others' calls
 before its sleep), and times are compared by causality, not by how close they came."""
@@ -16,6 +16,9 @@ import xsp
 from xsp import _core
 from xsp.analysis import distributed as D
 from xsp.values.trace import KINDS, Trace
+
+# the `slow` tier (pytest -m "not slow" leaves it out): real gloo jobs of 2 and 4 processes
+pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLEEP = 0.02

@@ -25,6 +25,9 @@ import pandas  # noqa: E402,F401
 import xsp.analysis  # noqa: E402,F401
 import xsp.report  # noqa: E402,F401
 
+# the `slow` tier (pytest -m "not slow" leaves it out): pytest sessions run by pytester
+pytestmark = pytest.mark.slow
+
 pytest_plugins = ["pytester"]
 
 CONFTEST = """

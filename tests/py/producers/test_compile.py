@@ -106,6 +106,7 @@ print("same", got["stats"])
 """
 
 
+@pytest.mark.slow          # Inductor in a process of its own
 def test_inductor_same_graphs_with_xsp():
     """The C++ backend (no GPU here): one compile each way, about 10 s, in a process of its
     own (Inductor's imports would weigh on the timing of the tests that come after)."""

@@ -23,7 +23,7 @@ import pytest
 import xsp
 
 TOOLS = os.environ.get("XSP_TEST_TOOLS") == "1"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def tool(name):

@@ -440,7 +440,7 @@ def test_overlapping_events_are_cut_and_counted(tmp_path):
 
 
 # -- level G: a trace from synthetic CUPTI records through the real session and merge ---------
-GPU_TRACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "c",
+GPU_TRACE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "c",
                          "bin", "gpu_steps.xsp")
 
 

@@ -22,6 +22,9 @@ import xsp.analysis as A
 from helpers import TINY_MODELS
 from xsp.zoo import catalog, evaluate, runner, store
 
+# the `slow` tier (pytest -m "not slow" leaves it out): real worker processes and a real local Ray cluster
+pytestmark = pytest.mark.slow
+
 HANG_GUARD_S = 300          # an upper bound for things that end by themselves
 
 MODELS = '''import os

@@ -13,8 +13,8 @@ import xsp  # noqa: E402
 _bench = pytest.importorskip(
     "xsp._bench", reason="a release build: xsp._bench comes with XSP_DEV=1 or XSP_BENCH=1")
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))), "benchmarks")
 sys.path.insert(0, BENCH)
 
 import bench_models  # noqa: E402

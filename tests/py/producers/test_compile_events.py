@@ -525,6 +525,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow          # Inductor in a process of its own
 def test_inductor_kernels_name_the_modules_they_fuse():
     """Inductor's C++ kernels, profiled (config.cpp.enable_kernel_profile), with provenance
     tracking: each kernel call names its modules, a kernel fusing ReLU and Sigmoid names both

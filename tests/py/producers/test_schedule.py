@@ -480,7 +480,7 @@ def test_fork_inside_a_scheduled_block(tmp_path):
     on its own; the parent's cycles are whole."""
     import subprocess
     import textwrap
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     script = tmp_path / "f.py"
     script.write_text(textwrap.dedent("""
         import os, warnings, torch, xsp

@@ -52,7 +52,7 @@ def test_non_string_is_a_type_error(value, tname):
                                          ("M/L/G", "MLG")])
 def test_gpu_level_letters_parse(text, parsed):
     """G is a level letter like the others; whether it can be recorded is checked when the
-    profile is made (and again by CUPTI at start: tests/py/test_gpu_level.py)."""
+    profile is made (and again by CUPTI at start: tests/py/producers/test_gpu_level.py)."""
     assert xsp.parse_levels(text) == parsed
     if torch.cuda.is_available():
         assert xsp.profile(levels=text).levels == parsed

@@ -15,8 +15,11 @@ import pytest
 import xsp
 from xsp import cli
 
+# the `slow` tier (pytest -m "not slow" leaves it out): every test runs `xsp` in child processes
+pytestmark = pytest.mark.slow
+
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 SCRIPT = textwrap.dedent("""
     import sys
