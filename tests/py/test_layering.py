@@ -367,4 +367,4 @@ def test_the_tests_are_laid_out_as_the_package():
     assert all(unit(d) in LAYERS for d in folders)
     top = sorted(f for f in os.listdir(tests) if f.endswith(".py"))
     assert top == ["conftest.py", "helpers.py", "helpers_flops.py", "models.py",
-                   "test_api_rule.py", "test_layering.py", "test_regressions.py"]
+                   "test_api_rule.py", "test_layering.py"]

@@ -12,6 +12,7 @@ import xsp
 from xsp import _core
 from helpers import check_tree
 import models
+import pytest
 
 
 def test_tiny_function_exact(fake_clock):
@@ -161,3 +162,22 @@ def test_own_cost_is_calibrated_once_per_configuration_and_never_while_recording
     for _ in range(3):
         p = xsp.profile(levels="L")
     assert calls == [(key, False)] and p._meta["overhead.per_span_ns"] == profiler._SPAN_COST[key]
+
+
+def test_fake_clock_cannot_change_during_a_session():
+    """Guards against mixing clocks in one session (fake at start, real at stop gave negative
+    times)."""
+    with xsp.profile():
+        with pytest.raises(RuntimeError, match="not while a session"):
+            _core.set_fake_clock(0, 1)
+
+
+def test_now_is_nanoseconds():
+    """Guards against _core.now() returning TSC ticks once a session had run."""
+    import time
+    with xsp.profile():
+        pass
+    lo = time.monotonic_ns()
+    a = _core.now()
+    hi = time.monotonic_ns()
+    assert lo <= a <= hi          # both CLOCK_MONOTONIC: exact, however long each call took

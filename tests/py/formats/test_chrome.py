@@ -157,3 +157,18 @@ def test_export_errors(tmp_path):
     xs = _check_export(prof.trace, str(tmp_path / "ok.json"))
     assert [(e["name"], e["ts"], e["args"]) for e in xs] == [
         ("xsp.profile", Decimal("0.000"), {"id": 0})]
+
+
+def test_chrome_json_has_no_nan(tmp_path):
+    """Guards against bare NaN/Infinity in the Chrome JSON (float metadata), which the viewers'
+    JSON.parse rejects."""
+    tr = xsp.Trace.from_spans([{"name": "r", "kind": "region", "start_ns": 0, "end_ns": 10}],
+                              meta={"ratio": float("nan")})
+    path = tmp_path / "t.json"
+    from xsp.formats import chrome
+    chrome.write(tr, str(path))
+    text = path.read_text()
+    assert "NaN" not in text.replace('"nan"', "")
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail("bare constant %s" % c))
+    assert doc["otherData"]["xsp"]["meta"]["ratio"] == "nan"
+    assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]

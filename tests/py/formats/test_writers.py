@@ -485,3 +485,35 @@ def test_a_read_only_directory_leaves_the_old_file(tmp_path, traces):
         d.chmod(0o755)
     assert (d / "t.xsp").read_bytes() == old and (d / "t.json").read_text() == "old"
     assert entries(d) == ["t.json", "t.xsp"]
+
+
+def test_a_trace_cannot_be_changed_so_saving_on_another_thread_is_safe(tmp_path):
+    """Regression: save() writes with the GIL released, and TraceData once had add_attrs,
+    set_meta and set_thread_name, which freed the arrays a save was reading (a segfault; then a
+    "saving" guard).  Now a trace is finished at stop and has no method that changes it: saves
+    on one thread while another reads every column give whole, equal files."""
+    import threading
+    spans = [{"name": "r", "kind": "region", "start_ns": 0, "end_ns": 10}] + [
+        {"name": "s%d" % i, "kind": "op", "start_ns": i + 1, "end_ns": i + 2, "parent": 0,
+         "attrs": {"k": i}} for i in range(50000)]
+    tr = xsp.Trace.from_spans(spans)
+    td = tr._data
+    assert [m for m in dir(td) if m.startswith(("set", "add"))] == []
+    errors = []
+
+    def saver(k):
+        try:
+            for _ in range(3):
+                td.save(str(tmp_path / ("t%d.xsp" % k)))
+        except Exception as exc:     # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=saver, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for _ in range(20):
+        assert td.attrs()["key"] and len(td.strings()) == 50004 and len(td) == 50001
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert xsp.load(str(tmp_path / "t0.xsp")) == tr == xsp.load(str(tmp_path / "t1.xsp"))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xsp
+from xsp import _core
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
 
@@ -131,3 +132,28 @@ def test_fork_outside_a_profile_changes_nothing():
     with xsp.profile(levels="M") as prof:
         torch.nn.Sequential(torch.nn.ReLU())(torch.ones(1))
     assert [s.kind for s in prof.trace] == ["region", "model"]
+
+
+def test_forked_child_does_not_record():
+    """Guards against forked workers (DataLoader) inheriting a live session: they kept
+    recording every op into copies of the buffers that nobody reads, up to the cap each."""
+    a = torch.ones(2)
+    with xsp.profile() as prof:
+        torch.add(a, a)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                  # the child
+            ok = not _core.active() and not xsp._torch.attached()
+            torch.add(a, a)
+            with xsp.profile() as child:              # and it can profile on its own
+                torch.mul(a, a)
+            ok = ok and [s.name for s in child.trace.spans(kind="op")] == ["aten::mul"]
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        torch.add(a, a)
+    assert got == b"1"
+    assert [s.name for s in prof.trace.spans(kind="op")] == ["aten::add", "aten::add"]

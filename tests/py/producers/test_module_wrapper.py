@@ -10,6 +10,7 @@ from torch import nn
 import xsp
 from xsp import _core
 from xsp.producers import profiler as P
+from helpers import check_tree
 
 
 class Net(nn.Module):
@@ -248,3 +249,41 @@ def test_ctrl_c_in_the_bookkeeping_propagates(monkeypatch):
             net(torch.ones(1, 3))
         assert prof._modules.depth() == 0
     assert ran == [] and prof.trace.meta["hook_errors"] == 0
+
+
+def test_unregistered_module_is_looked_up_once():
+    """Guards against rebuilding the model's qualified names (named_modules()) on every call
+    of a module that is not a submodule (a module kept in a plain list, a shared loss)."""
+    helper = torch.nn.ReLU()
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 2)
+            self.extra = [helper]            # not registered
+
+        def forward(self, x):
+            for _ in range(5):
+                x = self.extra[0](x)
+            return self.fc(x)
+
+    model, x = Model(), torch.ones(1, 2)
+    calls = []
+    orig = Model.named_modules
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return orig(self, *a, **k)
+
+    Model.named_modules = counting
+    try:
+        with xsp.profile() as prof:
+            for _ in range(4):
+                model(x)
+    finally:
+        Model.named_modules = orig
+    assert len(calls) == 2                 # the first map, one rebuild on the first miss
+    mods = prof.trace.spans(kind="module")
+    assert [s.name for s in mods].count("ReLU") == 20
+    assert [s.name for s in mods].count("fc") == 4
+    check_tree(prof.trace)

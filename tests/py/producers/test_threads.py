@@ -8,6 +8,7 @@ import xsp
 from helpers import check_tree, main_tid
 import models
 from models import CNN_MODULE_CALLS, ENCODER_MODULE_CALLS
+import pytest
 
 # Seconds a wait may take before the test calls it a hang.  Only a hang guard: the order of
 # events comes from barriers and events, never from how long something took, so a loaded
@@ -168,3 +169,19 @@ def test_thread_running_across_start_and_stop():
     assert trace.counters["lost.cap"] == 0 and trace.counters["forced_end"] == 0
     # an add in flight when recording began ends without a begin: counted, not recorded
     assert trace.counters["unmatched_end"] in (0, 1)
+
+
+def test_stop_from_another_thread_is_refused():
+    """Guards against stop() on another thread ending the region and step on the wrong
+    thread's stack (region left open, ends unmatched)."""
+    prof = xsp.profile()
+    prof.start()
+    errors = []
+    th = threading.Thread(target=lambda: errors.append(pytest.raises(xsp.ProfilerError,
+                                                                     prof.stop)))
+    th.start()
+    th.join()
+    assert len(errors) == 1 and "thread that started" in str(errors[0].value)
+    prof.stop()
+    assert prof.trace.counters["unmatched_end"] == 0
+    assert prof.trace[0].kind == "region" and prof.trace[0].flags == 0

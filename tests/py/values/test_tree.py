@@ -3,6 +3,7 @@ nesting and names that would break a line.  Exact text on hand-built traces."""
 import pytest
 
 import xsp
+import torch
 
 
 def S(name, kind, start, end, parent=None, **attrs):
@@ -178,3 +179,18 @@ def test_repr_html_folds_as_tree_does():
     h = loop_trace()._repr_html_()
     pre = h[h.index("<pre>") + 5:h.index("</pre>")].split("\n")
     assert pre == FOLDED
+
+
+def test_tree_of_a_deep_trace():
+    """Guards against Trace.tree() recursing once per level (RecursionError at ~1000)."""
+    depth = 1000
+    with xsp.profile(levels="L") as prof:
+        scopes = [torch.profiler.record_function("s%d" % i) for i in range(depth)]
+        for s in scopes:
+            s.__enter__()
+        for s in reversed(scopes):
+            s.__exit__(None, None, None)
+    lines = prof.trace.tree().splitlines()
+    scope_lines = [ln for ln in lines if "[scope]" in ln]
+    assert len(scope_lines) == depth
+    assert scope_lines[-1].lstrip(" │└├─").startswith("s%d [scope]" % (depth - 1))
