@@ -7,8 +7,8 @@ extensions, which sit beside them), values, formats, then producers and analysis
 xsp modules (absolute, relative, from-package, inside functions, importlib.import_module with a
 constant name) are the edges of the import graph.  The graph must have no cycle, and every edge
 must go down the layers or stay in its folder (or be one of ENTRY_POINT_EDGES).  The one
-exception: a function that warns of a deprecated spelling (calls deprecated()) or is a
-notebook's view (_repr_html_) may import upward, to hand the call to the new spelling.  Outside
+exception: a function that warns of a deprecated spelling (calls deprecated()) or is a value's
+view drawn by the reports (_repr_html_, Trace.tree) may import upward, to hand the call on.  Outside
 the values, no module may read a private member of a Trace or Span.
 """
 import ast
@@ -38,11 +38,11 @@ ENTRY_POINT_EDGES = {("cli", "__init__"), ("demo", "__init__"), ("__main__", "cl
 # formats' kineto writer and the producers' profiler build and write the C trace directly)
 PUBLIC_API_ONLY = ("analysis.tables", "analysis.flops", "analysis.memory", "analysis.compare",
                    "analysis.compiled", "formats.chrome", "formats.otlp", "report.summary",
-                   "report.parts", "report.ranks", "report.__init__", "producers.leveled",
-                   "values.measurement", "cli", "demo", "perf")
-# functions that may import upward: they hand a deprecated spelling to its new home, or draw
-# a value in a notebook
-UPWARD_OK_NAMES = ("_repr_html_",)
+                   "report.parts", "report.ranks", "report.tree", "report.__init__",
+                   "producers.leveled", "values.measurement", "cli", "demo", "perf")
+# functions that may import upward: they hand a deprecated spelling to its new home, or are a
+# value's views drawn by the reports (a notebook's _repr_html_, Trace.tree's text)
+UPWARD_OK_NAMES = ("_repr_html_", "tree")
 
 
 def _sources():

@@ -8,7 +8,8 @@ The values: an xsp.Trace (a merged distributed job's too), an xsp.Measurement, a
 (a DataFrame of Trace.to_pandas()'s columns), an xsp.analysis.compare.Comparison, and any value
 with an __xsp_report__(kind, **options) method (xsp.perf's Result).  The rooms: summary (the
 text and HTML summary of a trace or measurement), parts (the HTML timeline and tree), ranks
-(the cross-rank table), compare (a comparison's text).  Loaded on first use: `import xsp`
+(the cross-rank table), tree (Trace.tree()'s text and a notebook's view of a trace),
+compare (a comparison's text).  Loaded on first use: `import xsp`
 stays light (pandas and matplotlib load with the first report).
 """
 import html as _html_mod
@@ -95,7 +96,7 @@ def compare_text(before, after, top=20, names=("before", "after"), *, k=2.0):
 
 def __getattr__(name):             # the rooms, on first use: xsp.report.summary, .parts, ...
     import importlib
-    if name in ("summary", "parts", "ranks"):
+    if name in ("summary", "parts", "ranks", "tree"):
         mod = importlib.import_module("xsp.report." + name)
         globals()[name] = mod
         return mod

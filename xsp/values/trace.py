@@ -9,14 +9,13 @@ same track (thread); children on other tracks (another thread's work adopted by 
 or GPU work) ran concurrently and are not subtracted.
 
 This is the data layer: it imports only the C core and the small helpers beside it, never the
-analyses, exporters or reports built on it (xsp.analysis, xsp.chrome, xsp.report), which read
-a Trace through its public members only.  The walks up the parent chain and the self-time
+analyses, formats or reports built on it (xsp.analysis, xsp.formats, xsp.report), which read
+a Trace through its public members only; its two views people look at, tree() and Jupyter's
+_repr_html_, hand the trace to their renderer in xsp.report.tree when called.  The walks up the parent chain and the self-time
 computation that the layers above need over their own span tables (a Measurement's, a
 DataFrame's) are the module functions nearest_ancestor, ancestor_count and self_time, which
 the Trace uses itself.
 """
-import html as _html
-import itertools
 
 import numpy as np
 
@@ -24,22 +23,10 @@ from xsp import _core
 from xsp.core.tree import ancestor_count, nearest_ancestor, self_time
 from xsp.core.util import fmt_ns as _fmt_ns
 from xsp.core.util import printable as _printable
-from xsp.core.levels import LEVEL_NAMES as _LEVEL_NAMES
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
 NO_PARENT = 0xFFFFFFFF
-
-# what a name shows in a line of text: C0 controls, DEL and the other characters that
-# str.splitlines() breaks at, escaped, so that one span stays one line
-_CONTROLS = {c: "\\x%02x" % c for c in list(range(32)) + [0x7f, 0x85]}
-_CONTROLS.update({0x0a: "\\n", 0x09: "\\t", 0x0d: "\\r", 0x2028: "\\u2028",
-                  0x2029: "\\u2029"})
-
-
-def _clean(text):
-    """text for one line of the tree: control characters escaped (see _CONTROLS)."""
-    return text.translate(_CONTROLS)
 
 
 def read_xsp(path):
@@ -457,48 +444,12 @@ class Trace:
         return "<xsp.Trace %d spans (%s), %d threads, %s, lost %d>" % (
             n, per or "none", len(self.threads), span, self.lost)
 
-    _HTML_TREE_LINES = 40
-
     def _repr_html_(self):
         """What Jupyter shows: a small summary (spans per level, threads, duration, what was
-        lost) and the first lines of tree(), HTML-escaped.  The full report with tables and
-        plots is xsp.report.html_fragment(trace)."""
-        esc = _html.escape
-        n = len(self)
-        span = _fmt_ns(self._extent_ns())
-        rows = "".join("<tr><td>%s (%s)</td><td>%d</td></tr>" % (
-            esc(lv), esc(_LEVEL_NAMES.get(lv, "?")), int((self._level == k).sum()))
-            for k, lv in enumerate(LEVELS))
-        threads = ", ".join("%s (%d)" % (name or "?", tid) for tid, name, _ in self.threads[:8])
-        if len(self.threads) > 8:
-            threads += ", … %d more" % (len(self.threads) - 8)
-        lost = {k: v for k, v in self.counters.items() if v}
-        counters = ", ".join("%s %d" % kv for kv in sorted(lost.items())) or "none"
-        lines = list(itertools.islice(self._tree_lines(None, 3, 0, 8),
-                                      self._HTML_TREE_LINES + 1))
-        if len(lines) > self._HTML_TREE_LINES:
-            lines[-1] = "…"
-        parts = [
-            '<div class="xsp-trace">',
-            "<p><b>xsp.Trace</b>: %d spans, %d threads, %s; lost %d</p>" % (
-                n, len(self.threads), esc(span), self.lost),
-            "<table><tr><th>level</th><th>spans</th></tr>%s</table>" % rows,
-            "<p>threads: %s</p>" % esc(threads or "none"),
-            "<p>counters (lost or dropped): %s</p>" % esc(counters),
-            "<pre>%s</pre>" % esc("\n".join(lines)),
-            "<p>Full report: <code>xsp.report.html_fragment(trace)</code></p>",
-            "</div>",
-        ]
-        return _printable("\n".join(parts))
-
-    # tree(): the indent of the innermost 32 levels is drawn; a deeper line keeps that width and
-    # ends with its depth, so the text of a deep chain grows linearly, not with depth squared
-    _TREE_INDENT = 32
-    _TREE_NAME_MAX = 400       # characters of a name a line shows (the rest as "…")
-    _FLAG_NAMES = ((1, "open at stop"), (2, "forced end"))
-    # counters the tree's last line leaves out: a count of what was recorded, and what the
-    # span lines' flags already show
-    _TREE_QUIET = ("gpu.records", "forced_end", "open_at_stop")
+        lost) and the first lines of tree(), HTML-escaped (xsp.report.tree.repr_html).  The
+        full report with tables and plots is xsp.report.html_fragment(trace)."""
+        from xsp.report import tree
+        return tree.repr_html(self)
 
     def tree(self, max_depth=None, min_duration_ns=0, max_children=None, root=None,
              min_share=None, fold=True, max_lines=None, source=False):
@@ -527,219 +478,15 @@ class Trace:
         the call site its spans share, or "from 3 call sites".
         Raises TypeError or ValueError for a min_share or max_lines out of range.
         """
-        if root is not None:
-            root = self[int(getattr(root, "id", root))].id
-        if min_share is not None:
-            if isinstance(min_share, bool) or not isinstance(min_share, (int, float,
-                                                                         np.integer,
-                                                                         np.floating)):
-                raise TypeError("min_share must be a number from 0 to 1, not %s"
-                                % type(min_share).__name__)
-            if not 0 <= min_share <= 1:
-                raise ValueError("min_share must be a fraction from 0 to 1, not %r"
-                                 % (min_share,))
-        if max_lines is not None:
-            if isinstance(max_lines, bool) or not isinstance(max_lines, (int, np.integer)):
-                raise TypeError("max_lines must be an int, not %s" % type(max_lines).__name__)
-            if max_lines < 0:
-                raise ValueError("max_lines must be 0 or more, not %d" % max_lines)
-        items = self._tree_items(root, max_depth, min_duration_ns, max_children, min_share,
-                                 fold)
-        line = self._tree_formatter(bool(source))
-        if max_lines is None:
-            lines = [line(it) for it in items]
-        else:
-            lines = [line(it) for it in itertools.islice(items, int(max_lines))]
-            rest = sum(1 for _ in items)
-            if rest:
-                lines.append("… %d more line%s (max_lines=%d)"
-                             % (rest, "" if rest == 1 else "s", max_lines))
-        tail = self._counters_line()
-        if tail:
-            lines.append(tail)
-        return _printable("\n".join(lines))
-
-    def _counters_line(self):
-        """The tree's last line: the nonzero counters of what was not recorded normally, or
-        None when there are none."""
-        c = {k: v for k, v in self.counters.items() if v and k not in self._TREE_QUIET}
-        if not c:
-            return None
-        lost = ("lost.cap", "lost.depth")
-        parts = []
-        if any(k in c for k in lost):
-            parts.append("lost spans: %d (%s)" % (self.lost, ", ".join(
-                "%s %d" % (k, c[k]) for k in lost if k in c)))
-        others = sorted(k for k in c if k not in lost)
-        if others:
-            parts.append("%s: %s" % ("other counters" if parts else "counters", ", ".join(
-                "%s %d" % (_clean(k), c[k]) for k in others)))
-        return "; ".join(parts)
+        from xsp.report import tree       # a view: the rendering lives with the reports
+        return tree.text(self, max_depth, min_duration_ns, max_children, root, min_share, fold,
+                         max_lines, source)
 
     def _extent_ns(self):
         """Last end minus first start, a Python int (times read as the uint64 they are)."""
         if not len(self):
             return 0
         return int(self.end_ns.view(np.uint64).max()) - int(self.start_ns.view(np.uint64).min())
-
-    def _tree_lines(self, root, max_depth, min_duration_ns, max_children, min_share=None,
-                    fold=True):
-        """The lines of tree() without its last counters line, one at a time (so a caller may
-        stop early); root: a span id or None for every root."""
-        line = self._tree_formatter()
-        for it in self._tree_items(root, max_depth, min_duration_ns, max_children, min_share,
-                                   fold):
-            yield line(it)
-
-    def _tree_items(self, root, max_depth, min_duration_ns, max_children, min_share, fold):
-        """What tree() shows, one line at a time, unformatted (counting lines costs no
-        formatting): (what, ids, prefix, connector, depth, extra) with what "span" (ids: one
-        span id), "fold" (ids: the folded spans; extra: whether the first's subtree follows) or
-        "more" (ids: the spans left out by max_children)."""
-        dur = self.duration_ns
-        visible = dur >= min_duration_ns
-        if min_share is not None and len(self):
-            base = int(dur[root]) if root is not None else self._extent_ns()
-            visible &= dur >= float(min_share) * base
-        names, kinds = self._name, self._kind
-        width = 3 * (self._TREE_INDENT - 1)
-
-        def groups(ids):
-            """ids (visible siblings, an int array) as runs to show: one span each, or with
-            fold, consecutive spans with the same name, kind and thread together."""
-            ids = ids.tolist()
-            if not fold or len(ids) < 2:
-                return [[i] for i in ids]
-            out = []
-            keys = list(zip(names[ids].tolist(), kinds[ids].tolist(),
-                            self._thread[ids].tolist()))
-            for k, i in zip(keys, ids):
-                if out and k == prev:
-                    out[-1].append(i)
-                else:
-                    out.append([i])
-                prev = k
-            return out
-
-        def shown_children(i, depth):
-            if max_depth is not None and depth >= max_depth:
-                return []
-            kids = self.children_of(i)
-            return groups(kids[visible[kids]])
-
-        def walk(top):
-            # an explicit stack: nesting may be far deeper than Python's recursion limit; an
-            # entry is (group, prefix, last, depth) or a ready "more" item (a tuple of 6)
-            todo = [(top, "", True, 0)]
-            while todo:
-                item = todo.pop()
-                if len(item) == 6:
-                    yield item
-                    continue
-                group, prefix, last, depth = item
-                conn = "" if depth == 0 else ("└─ " if last else "├─ ")
-                kids = shown_children(group[0], depth)
-                if len(group) == 1:
-                    yield ("span", group, prefix, conn, depth, False)
-                else:
-                    yield ("fold", group, prefix, conn, depth, bool(kids))
-                if not kids:
-                    continue
-                shown = kids if max_children is None else kids[:max_children]
-                sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
-                if len(sub) > width:
-                    sub = sub[3:]
-                if len(shown) < len(kids):
-                    rest = [i for g in kids[len(shown):] for i in g]
-                    todo.append(("more", rest, sub, "└─ ", depth + 1, False))
-                for j in range(len(shown) - 1, -1, -1):
-                    todo.append((shown[j], sub, j == len(shown) - 1 and len(shown) == len(kids),
-                                 depth + 1))
-
-        if root is not None:
-            yield from walk([root])
-        else:
-            roots = np.nonzero(self._parent == NO_PARENT)[0]
-            for g in groups(roots[visible[roots]]):
-                yield from walk(g)
-
-    def _tree_formatter(self, source=False):
-        """A function of an item of _tree_items that returns its text (the columns it reads
-        fetched once); source: with the source suffix of module and model lines."""
-        dur, selft = self.duration_ns, self.self_ns
-        if not source:
-            return lambda item: self._tree_line(item, dur, selft)
-        places = {}
-        for key in ("source", "call_site"):
-            ids, vals = self.attr_column(key)
-            places[key] = dict(zip(ids.tolist(), vals if isinstance(vals, list)
-                                   else vals.tolist()))
-        return lambda item: self._tree_line(item, dur, selft, places)
-
-    @staticmethod
-    def _place(text):
-        """'models.py:42' of a source or call_site attribute '/path/to/models.py:42'."""
-        if not isinstance(text, str):
-            return "?"
-        return _clean(text.replace("\\", "/").rsplit("/", 1)[-1])
-
-    def _source_suffix(self, ids, places):
-        """tree(source=True)'s ' @ models.py:42 from train.py:17' for a line of module or model
-        spans ids (their first's source; the call site when they share one, else how many
-        sites), '' for other spans and spans without either attribute."""
-        i = ids[0]
-        if KINDS[self._kind[i]] not in ("module", "model"):
-            return ""
-        src, calls = places["source"].get(i), places["call_site"]
-        sites = {calls.get(j) for j in ids} - {None}
-        text = " @ %s" % self._place(src) if src is not None else ""
-        if len(sites) == 1:
-            text += " from %s" % self._place(next(iter(sites)))
-        elif sites:
-            text += " from %d call sites" % len(sites)
-        return text
-
-    def _tree_line(self, item, dur, selft, places=None):
-        """The text of one item of _tree_items; dur, selft: duration_ns and self_ns; places:
-        {"source": {span id: str}, "call_site": {...}} to show them, or None."""
-        what, ids, prefix, conn, depth, extra = item
-        if what == "more":
-            text = "… %d more (%s)" % (len(ids), _fmt_ns(int(dur[ids].sum())))
-        else:
-            i = ids[0]
-            name = _clean(self.strings[self._name[i]])
-            if len(name) > self._TREE_NAME_MAX:
-                name = name[:self._TREE_NAME_MAX - 1] + "…"
-            typ = self.attrs_of(i).get("type") if self._attr_n[i] else None
-            label = "%s [%s" % (name, KINDS[self._kind[i]])
-            if typ is not None and typ != "" and str(typ) != name:
-                label += " " + _clean(str(typ))
-            if what == "span":
-                d, s = int(dur[i]), int(selft[i])
-                text = "%s] %s" % (label, _fmt_ns(d))
-                if s != d:
-                    text += " (self %s)" % _fmt_ns(s)
-                flags = int(self._flags[i])
-            else:
-                total = int(dur[ids].sum())
-                text = "x%d %s] %s (mean %s%s)" % (len(ids), label, _fmt_ns(total),
-                                                   _fmt_ns(total / len(ids)),
-                                                   "; first shown below" if extra else "")
-                flags = int(np.bitwise_or.reduce(self._flags[ids]))
-            if flags & 3:
-                text += " {%s}" % ",".join(f for b, f in self._FLAG_NAMES if flags & b)
-            if places is not None:
-                text += self._source_suffix(ids, places)
-            p = int(self._parent[i])
-            if p != NO_PARENT and self._thread[p] != self._thread[i] and \
-                    self.threads[int(self._thread[i])][2] == 0:
-                # another CPU thread's work under this parent (an intra-op pool thread's
-                # under the op that spawned it, another thread's adopted by the region)
-                tid, tname, _ = self.threads[int(self._thread[i])]
-                text += " on %s" % (_clean(tname) if tname else "thread %d" % tid)
-        if depth > self._TREE_INDENT:
-            text += " [depth %d]" % depth
-        return prefix + conn + text
 
     # The attributes xsp itself writes, by the type it writes them with (docs/api.md).  A file
     # or a hand-made trace may hold another type under these keys; to_pandas shows such a
