@@ -1,4 +1,4 @@
-"""Reading torch.profiler's JSON: xsp.load_kineto against json.load and HTA's parser on the
+"""Reading torch.profiler's JSON: xsp.load against json.load and HTA's parser on the
 same file, time and peak memory, at several sizes (linear in events?).
 
 The file: a real torch.profiler trace (TinyResNet forward+backward, CPU, one iteration per
@@ -30,7 +30,8 @@ CHILD = textwrap.dedent("""
     what, path = sys.argv[1], sys.argv[2]
     if what == "xsp":
         import xsp
-        read = xsp.load_kineto
+        def read(p):
+            return xsp.load(p, format="kineto")
     elif what == "json":
         def read(p):
             with open(p) as f:

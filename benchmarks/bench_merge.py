@@ -27,7 +27,7 @@ with xsp.profile(levels="ML", max_memory=8 << 30) as p:
         torch.add(a, b)
         if i % 1000 == 999:
             p.step()
-p.trace.save(sys.argv[4])
+xsp.save(p.trace, sys.argv[4])
 """
 
 MERGE = """

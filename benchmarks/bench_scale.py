@@ -40,7 +40,7 @@ def child(n, cap):
     t2 = common.now()
     tr = p.trace
     f = os.path.join(tempfile.mkdtemp(prefix="xsp-scale-"), "t.xsp")
-    tr.save(f)
+    xsp.save(tr, f)
     t3 = common.now()
     back = xsp.load(f)
     t4 = common.now()

@@ -1,7 +1,7 @@
 """Trace size: xsp's .xsp file against torch.profiler's exported Chrome JSON for the same run,
 bytes per span, and the time to save and to load; and Kineto's JSON both ways: xsp's
-Trace.to_kineto against torch.profiler's export_chrome_trace (same format), and
-xsp.load_kineto reading torch's file.
+xsp.save(trace, "x.pt.trace.json") against torch.profiler's export_chrome_trace (same format), and
+xsp.load reading torch's file.
 
 Workload: the built-in TinyResNet, forward+backward, --iters iterations, recorded once with
 torch.profiler (CPU) and once with xsp at ML (each records the same aten ops; xsp adds module
@@ -49,7 +49,7 @@ def main(argv=None):
     tr = xp.trace
     f = os.path.join(d, "run.xsp")
     t0 = common.now()
-    tr.save(f)
+    xsp.save(tr, f)
     t_save = common.now() - t0
     t0 = common.now()
     back = xsp.load(f)
@@ -67,15 +67,15 @@ def main(argv=None):
     print("ratio .xsp / torch.profiler JSON: %.4f (target <= 0.1)" % (sx / st))
     kj = os.path.join(d, "xsp.pt.trace.json")
     t0 = common.now()
-    tr.to_kineto(kj)
+    xsp.save(tr, kj)
     t_kin = common.now() - t0
     t0 = common.now()
-    back = xsp.load_kineto(tjson)
+    back = xsp.load(tjson, format="kineto")
     t_read = common.now() - t0
     sk = os.path.getsize(kj)
-    print("xsp Kineto JSON export:     %d bytes (%.1f bytes/span), to_kineto %.1f ms: %.2fx "
+    print("xsp Kineto JSON export:     %d bytes (%.1f bytes/span), export %.1f ms: %.2fx "
           "torch.profiler's export time" % (sk, sk / len(tr), t_kin / 1e6, t_kin / t_export))
-    print("xsp.load_kineto of torch.profiler's JSON: %d spans in %.1f ms (%.1f us/span)"
+    print("xsp.load of torch.profiler's JSON: %d spans in %.1f ms (%.1f us/span)"
           % (len(back), t_read / 1e6, t_read / 1e3 / len(back)))
     return 0
 

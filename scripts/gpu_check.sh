@@ -58,7 +58,7 @@ fi
 # not XSP_DEV: -Werror against this machine's torch and CUDA headers and compiler proves nothing
 step build 300 env XSP_REQUIRE_TORCH=1 XSP_BENCH=1 python3 -m pip install --no-build-isolation --no-deps -e . \
     || { tail -40 "$LOG/build.txt" | tee -a "$S"; exit 1; }
-step gpu_info 60 python3 -c "import torch, xsp, xsp._core as c; from xsp import profiler as p; \
+step gpu_info 60 python3 -c "import torch, xsp, xsp._core as c; from xsp.producers import profiler as p; \
 print(c.gpu_info()); print(p.gpu_unavailable_reason(torch)); assert c.gpu_info()['built']"
 cat "$LOG/gpu_info.txt" >> "$S"
 step pytest_gpu 400 python3 -m pytest -v -s -p no:cacheprovider tests/gpu

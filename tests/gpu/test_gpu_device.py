@@ -165,4 +165,4 @@ def test_leveled_measurement_mlg_and_analyses():
     assert model_row["gpu_ns"] > 0
     assert model_row["gpu_ns"] == k["duration_ns"].sum() + t.loc[
         t["kind"].isin(["memcpy", "memset"]), "duration_ns"].sum()
-    assert "Top 10 kernels" in m.to_html() and "Top 10 kernels" in m.report()
+    assert "Top 10 kernels" in xsp.report.html(m) and "Top 10 kernels" in xsp.report.text(m)
