@@ -550,7 +550,7 @@ def _compare(ns):
     from xsp import report
     from xsp.analysis.compare import compare
     from xsp.analysis.compare import fmt_change, fmt_exact
-    from xsp.core.util import fmt_ns
+    from xsp.core.fmt import fmt_ns
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     pct = ns.fail_above

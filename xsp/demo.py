@@ -32,7 +32,7 @@ def main(argv=None):
     import xsp
     from xsp import models
     from xsp.report import summary as report
-    from xsp.core.util import fmt_ns
+    from xsp.core.fmt import fmt_ns
 
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()

@@ -40,7 +40,8 @@ import re
 import socket
 import sys
 
-from xsp.core.util import atomic_write, fmt_bytes, fmt_ns, fmt_signed, printable
+from xsp.core.fmt import fmt_bytes, fmt_count, fmt_ns, fmt_signed
+from xsp.core.util import atomic_write, printable
 from xsp.core.errors import ProfilerError
 
 SCHEMA = "xsp.perf/1"
@@ -120,9 +121,9 @@ def parse_bytes(value, what="bytes_allocated"):
     return int(round(float(m.group(1)) * _BYTES[unit]))
 
 
-def fmt_count(key, n):
-    return fmt_bytes(n) if key.endswith("bytes") or key == "bytes_allocated" else \
-        "-" if n is None else "%d" % n
+def _count_text(key, n):
+    """Count key's value n as text: bytes for the byte counts, else a plain count."""
+    return fmt_bytes(n) if key.endswith("bytes") or key == "bytes_allocated" else fmt_count(n)
 
 
 # -- statistics -----------------------------------------------------------------------------
@@ -544,8 +545,8 @@ class Result:
                     COUNT_WHAT[key], self._why(key)))
             elif have > lim:
                 failures.append("%s: %s per iteration, budget %s (+%s)" % (
-                    COUNT_WHAT[key], fmt_count(key, have), fmt_count(key, lim),
-                    fmt_count(key, have - lim)))
+                    COUNT_WHAT[key], _count_text(key, have), _count_text(key, lim),
+                    _count_text(key, have - lim)))
                 if key in ("graph_breaks", "recompiles") and self.compile:
                     reasons = (self.compile["graph_break_reasons"] if key == "graph_breaks"
                                else self.compile["recompile_reasons"])
@@ -636,7 +637,7 @@ class Result:
         lines = [repr(self)[1:-1], "  latency: %s ± %s (median %s, %d iteration%s)" % (
             fmt_ns(lat.mean_ns), fmt_ns(lat.std_ns), fmt_ns(lat.median_ns), lat.n,
             "" if lat.n == 1 else "s")]
-        lines += ["  %s: %s" % (k, fmt_count(k, v)) for k, v in self.counts.items()
+        lines += ["  %s: %s" % (k, _count_text(k, v)) for k, v in self.counts.items()
                   if v is not None]
         lines += self._top_lines()
         text = printable("\n".join(lines)) + "\n"
@@ -654,7 +655,7 @@ class Result:
         lat = self.latency
         return "<xsp.perf.Result %s: %s ± %s over %d iterations, %s ops>" % (
             self.name, fmt_ns(lat.mean_ns), fmt_ns(lat.std_ns), lat.n,
-            fmt_count("ops_total", self.counts["ops_total"]))
+            _count_text("ops_total", self.counts["ops_total"]))
 
 
 def _over_budget(st, budget):
@@ -934,9 +935,9 @@ class Verdict:
         for what, b, a in self.count_changes:
             key = next((k for k, v in COUNT_WHAT.items() if v == what), "")
             out.append("%s: %s -> %s per iteration (%s)" % (
-                what, fmt_count(key, b), fmt_count(key, a),
+                what, _count_text(key, b), _count_text(key, a),
                 "new" if b == 0 else "gone" if a == 0 else
-                ("+" if a > b else "-") + fmt_count(key, abs(a - b))))
+                ("+" if a > b else "-") + _count_text(key, abs(a - b))))
         return out
 
     def offender_lines(self):

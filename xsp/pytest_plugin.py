@@ -36,7 +36,8 @@ import sys
 
 import pytest
 
-from xsp.core.util import atomic_write, fmt_ns, fmt_signed
+from xsp.core.fmt import fmt_bytes, fmt_ns, fmt_signed
+from xsp.core.util import atomic_write
 from xsp.formats import save
 
 
@@ -559,7 +560,6 @@ def _summary(tr, st):
     tr.write_sep("-", "xsp performance (%d measurement%s)" % (
         len(st.results), "" if len(st.results) == 1 else "s"))
     rows = [["test", "latency", "± std", "n", "ops", "allocated", "vs baseline", "verdict"]]
-    from xsp.core.util import fmt_bytes
     results = sorted(st.results, key=lambda r: r["key"])
     for r in results:
         b = r["baseline"]

@@ -168,10 +168,10 @@ def test_the_graph_is_read():
     assert {"analysis.tables", "core.util"} <= names["report.summary"]
     assert {"producers.profiler", "values.measurement", "core.levels", "core.errors"} <= \
         names["producers.leveled"]
-    assert {"__init__", "formats.__init__", "report.__init__", "core.util"} <= names["cli"]
+    assert {"__init__", "formats.__init__", "report.__init__", "core.fmt"} <= names["cli"]
     assert {"__init__", "models"} <= names["demo"]
-    assert names["values.trace"] <= {"_core", "core.util", "core.levels", "core.tree"}
-    assert names["report.parts"] == {"values.trace", "core.util"}
+    assert names["values.trace"] <= {"_core", "core.util", "core.fmt", "core.levels", "core.tree"}
+    assert names["report.parts"] == {"values.trace", "core.util", "core.fmt"}
     assert names["core.iterations"] == {"core.tree"}
     assert "core.iterations" in names["analysis.tables"]
     assert "zoo.store" in names["zoo.runner"]                     # relative, in a folder

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from xsp.analysis import tables as A
-from xsp.core.util import fmt_ns, fmt_signed, printable
+from xsp.core.fmt import fmt_count, fmt_ns, fmt_signed
+from xsp.core.util import printable
 
 FIGURE_COLUMNS = ["before_ns", "after_ns", "before_std_ns", "after_std_ns", "delta_ns",
                   "delta_share", "noise_ns", "verdict"]
@@ -372,9 +373,7 @@ def fmt_change(delta, share):
 def fmt_exact(v, signed=False):
     """An exact per-iteration figure: an integer with thousands separators (1,048,576), two
     decimals where the mean over the iterations is not whole; signed: with its sign."""
-    if v != v:
-        return "-"
-    text = "{:,.0f}".format(v) if float(v).is_integer() else "{:,.2f}".format(v)
+    text = fmt_count(v, exact=True)
     return ("+" + text) if signed and v > 0 else text
 
 

@@ -24,7 +24,7 @@ else the current "cpu MHz") and the physical cores the process may run on; for a
 torch.cuda's device properties.  Where a figure cannot be read it is None with the reason.
 
 torch is imported inside the functions that need it (import xsp stays light).  This module
-imports no other xsp module but _util.
+imports no other xsp module but xsp.core's util and fmt.
 """
 import hashlib
 import json
@@ -35,6 +35,7 @@ import socket
 import time
 import warnings
 
+from xsp.core.fmt import fmt_si
 from xsp.core.util import atomic_write
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -57,15 +58,6 @@ class PeaksError(ValueError):
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _fmt_rate(v, unit):
-    if v is None:
-        return "-"
-    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if v >= div:
-            return "%.3g %s%s/s" % (v / div, p, unit)
-    return "%.3g %s/s" % (v, unit)
 
 
 class Peaks:
@@ -116,10 +108,10 @@ class Peaks:
                 "theoretical": self.theoretical, "key": self.key, "notes": list(self.notes)}
 
     def __repr__(self):
-        fl = ", ".join("%s %s" % (d, _fmt_rate(self.flops_per_s[d], "FLOP"))
+        fl = ", ".join("%s %s" % (d, fmt_si(self.flops_per_s[d], "FLOP/s"))
                        for d in DTYPES if d in self.flops_per_s)
         s = "Peaks(%s, %s: %s; memory %s)" % (self.device, self.source, fl or "no FLOP/s",
-                                              _fmt_rate(self.bytes_per_s, "B"))
+                                              fmt_si(self.bytes_per_s, "B/s"))
         if self.notes:
             s += " notes: " + "; ".join(self.notes)
         return s

@@ -1,61 +1,9 @@
-"""Small helpers shared by the Python modules: duration formatting and atomic file writes."""
+"""Small helpers shared by the Python modules: printable text, atomic file writes, deprecation
+warnings.  Numbers are formatted in xsp.core.fmt."""
 import errno
 import itertools
-import math
 import os
 import secrets
-
-
-def _number(v):
-    """v as a float, or None for None, NaN and what is not a number."""
-    if v is None:
-        return None
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
-def fmt_ns(ns):
-    """A duration for people: 812 ns, 12.345 us, 1.234 ms, 2.000 s; '-' for NaN or None."""
-    ns = _number(ns)
-    if ns is None:
-        return "-"
-    a = abs(ns)
-    if a >= 1e9:
-        return "%.3f s" % (ns / 1e9)
-    if a >= 1e6:
-        return "%.3f ms" % (ns / 1e6)
-    if a >= 1e3:
-        return "%.3f us" % (ns / 1e3)
-    return "%d ns" % round(ns)
-
-
-def fmt_bytes(n):
-    """A byte count for people, in binary units with one decimal: 812 B, 12.3 KiB, 117.7 MiB,
-    2.0 GiB; '-' for None and NaN.  The one byte format of the text and HTML reports, the
-    plots, the CLI and the pytest summary."""
-    n = _number(n)
-    if n is None:
-        return "-"
-    a = abs(n)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= size:
-            return "%.1f %s" % (n / size, unit)
-    return "%d B" % round(n)
-
-
-def fmt_signed(ns, share=None):
-    """A signed duration for people, "+1.234 ms" or "-193.900 us", followed by a signed share
-    when given and not NaN: "+1.234 ms (+3.4%)"; '-' for NaN or None."""
-    ns = _number(ns)
-    if ns is None:
-        return "-"
-    text = ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
-    if share is not None and not math.isnan(share):
-        text += " (%+.1f%%)" % (100.0 * share)
-    return text
 
 
 def printable(text):

@@ -11,8 +11,8 @@ max_nodes.
 
 This helper sits beside the analyses, over the data layer: it reads a Trace through its public
 members only (start_ns, end_ns, parent_ids, depth, kind_codes, name_codes, strings,
-thread_index, threads, attr_column, self_ns, flag_bits) and imports nothing but xsp.trace and
-xsp._util.  The work is vectorised with numpy; the Python loops run over what is drawn (at
+thread_index, threads, attr_column, self_ns, flag_bits) and imports nothing but
+xsp.values.trace and xsp.core's fmt (every number it prints) and util.  The work is vectorised with numpy; the Python loops run over what is drawn (at
 most max_spans rectangles, max_nodes lines), so a window of a million spans costs a few
 array passes.
 """
@@ -22,7 +22,8 @@ import re
 
 import numpy as np
 
-from xsp.core.util import fmt_bytes, fmt_ns, printable
+from xsp.core.fmt import fmt_bytes, fmt_ns, fmt_share, fmt_si
+from xsp.core.util import printable
 from xsp.values.trace import KINDS, ancestor_count
 
 __all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
@@ -48,12 +49,6 @@ def _esc(s):
 def _n(count, word="span"):
     """'1 span', '12 spans'."""
     return "%d %s%s" % (count, word, "" if count == 1 else "s")
-
-
-def _share(x):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return "%.1f%%" % (100.0 * x)
 
 
 def _type_of(trace):
@@ -513,7 +508,7 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
                ' <span class="xsp-k">[%s]</span>' % _esc(lab),
                ' <span class="xsp-t">%s</span>' % fmt_ns(incl),
                '<span class="xsp-sf">, self %s</span>' % fmt_ns(own),
-               '<span class="xsp-p">, %s</span>' % _share(share)]
+               '<span class="xsp-p">, %s</span>' % fmt_share(share)]
         if cnt > 1:
             txt.append('<span class="xsp-sf">, mean %s</span>' % fmt_ns(incl // cnt))
         fl = int(np.bitwise_or.reduce(flags[members]))
@@ -530,7 +525,7 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
 
     def hidden_note(cnt, t):
         return ('<div class="xsp-more">… %d more, %s (each line under %s of %s)</div>'
-                % (cnt, fmt_ns(t), _share(min_share), ref_name))
+                % (cnt, fmt_ns(t), fmt_share(min_share), ref_name))
 
     def visible(c, merge):
         """Split siblings c into lines; returns (list of member arrays shown, hidden note or
@@ -607,14 +602,6 @@ ROOF_COLORS = {"float32": "#4c72b0", "float64": "#55a868", "bfloat16": "#dd8452"
 _ROOF_OTHER = "#8172b2"     # a point of several dtypes, or of one without a colour
 
 
-def _si(v, unit=""):
-    """v with an SI prefix: 1.5e9 -> '1.5 G' + unit, 0.02 -> '0.02' + unit."""
-    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return "%.3g %s%s" % (v / div, p, unit)
-    return ("%.3g %s" % (v, unit)).strip()
-
-
 def _decades(lo, hi):
     """(first exponent, last exponent) of the powers of ten around [lo, hi] (lo, hi > 0),
     at least one decade apart."""
@@ -686,7 +673,7 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
                 out.append('<line class="xsp-grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>'
                            % (left, y, left + pw, y))
                 out.append('<text class="xsp-tick" x="%d" y="%.1f" text-anchor="end">%s'
-                           '</text>' % (left - 4, y + 3, _esc(_si(v))))
+                           '</text>' % (left - 4, y + 3, _esc(fmt_si(v))))
     out.append('<text class="xsp-axis" x="%.1f" y="%d" text-anchor="middle">arithmetic '
                'intensity (FLOP/byte)</text>' % (left + pw / 2, height - 8))
     out.append('<text class="xsp-axis" transform="translate(14 %.1f) rotate(-90)" '
@@ -706,12 +693,12 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
                     '</polyline>' % (color, " ".join("%.1f,%.1f" % (px(x), py(max(y, 1e-300)))
                                                      for x, y in pts),
                                      _esc("%s roof: peak %s, ridge at %.3g FLOP/byte"
-                                          % (d, _si(peak, "FLOP/s"), ridge))))
+                                          % (d, fmt_si(peak, "FLOP/s"), ridge))))
         labels.append('<text class="xsp-rl" x="%d" y="%.1f" fill="%s">%s peak %s</text>'
-                    % (left + pw + 4, py(peak) + 3, color, _esc(d), _esc(_si(peak, "FLOP/s"))))
+                    % (left + pw + 4, py(peak) + 3, color, _esc(d), _esc(fmt_si(peak, "FLOP/s"))))
     if roofs:
         labels.append('<text class="xsp-rl" x="%d" y="%d">memory %s</text>'
-                    % (left + pw + 4, top + ph, _esc(_si(bw, "B/s"))))
+                    % (left + pw + 4, top + ph, _esc(fmt_si(bw, "B/s"))))
     for p in good:
         d = p.get("dtype")
         color = ROOF_COLORS.get(d, _ROOF_OTHER) if d else _ROOF_OTHER
@@ -763,9 +750,6 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
 
 
 # -- tables -------------------------------------------------------------------------------
-_fmt_bytes = fmt_bytes     # the one byte format (xsp.core.util)
-
-
 def _missing(v):
     return v is None or type(v).__name__ in ("NAType", "NaTType") or \
         (isinstance(v, float) and math.isnan(v))
@@ -826,7 +810,7 @@ def table_html(df, *, units=None, sortable=False):
     for j, c in enumerate(cols):        # a header made ambiguous keeps the column's name
         if heads.count(heads[j]) > 1:
             heads[j] = str(c)
-    fmt = {"ns": fmt_ns, "share": _share, "bytes": _fmt_bytes, "si": _si, None: _plain}
+    fmt = {"ns": fmt_ns, "share": fmt_share, "bytes": fmt_bytes, "si": fmt_si, None: _plain}
     body = []
     columns = [df[c].tolist() for c in cols]
     numeric = []
@@ -889,9 +873,6 @@ def page(title, *parts):
             % (_esc(title), CSS, _esc(title), "\n".join(parts)))
 
 
-_bytes_label = fmt_bytes
-
-
 def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):
     """The memory timeline as a self-contained inline SVG (a str): bytes allocated on the
     device over time, a step line through each span's total after its events, a dot at a
@@ -932,7 +913,7 @@ def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):
         for k in range(5):
             b = lo + (hi - lo) * k / 4
             out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>'
-                       % (left - 6, py(b) + 4, _html_mod.escape(_bytes_label(b))))
+                       % (left - 6, py(b) + 4, _html_mod.escape(fmt_bytes(b))))
             out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>'
                        % (left, left + pw, py(b), py(b)))
         out.append('<text x="%d" y="%d" text-anchor="middle">time (ms from the first '
@@ -953,14 +934,14 @@ def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):
             if r["peak_bytes"] <= r["total_bytes"]:
                 continue                 # the peak is the total after it: on the line
             tip = "%s: peak %s inside it, %s after" % (
-                r.get("name", "?"), _bytes_label(r["peak_bytes"]), _bytes_label(r["total_bytes"]))
+                r.get("name", "?"), fmt_bytes(r["peak_bytes"]), fmt_bytes(r["total_bytes"]))
             out.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="#d62728"><title>%s</title>'
                        '</circle>' % (px(r["time_ns"]), py(r["peak_bytes"]),
                                       _html_mod.escape(tip)))
         out.append('<text x="%.1f" y="%.1f" fill="#d62728">peak %s (%s)</text>'
                    % (min(px(best["time_ns"]), left + pw - 160), max(py(best["peak_bytes"]) - 4,
                                                                    top + 10),
-                      _html_mod.escape(_bytes_label(best["peak_bytes"])),
+                      _html_mod.escape(fmt_bytes(best["peak_bytes"])),
                       _html_mod.escape(str(best.get("name", "?")))))
     for k, n in enumerate(notes):
         out.append('<text x="%d" y="%d">%s</text>' % (left, height + 12 + 14 * k, _html_mod.escape(n)))

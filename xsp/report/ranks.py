@@ -1,6 +1,6 @@
 """The cross-rank summary of a merged trace (xsp.report.text of a distributed job)."""
 from xsp.analysis.distributed import ranks
-from xsp.core.util import fmt_ns
+from xsp.core.fmt import fmt_ns
 
 
 def text(trace):

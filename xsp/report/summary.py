@@ -15,13 +15,8 @@ import numpy as np
 import pandas as pd
 
 from xsp.analysis import tables as A
-from xsp.core.util import atomic_write, fmt_ns, fmt_signed, printable
-
-
-def fmt_share(x):
-    if x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x)):
-        return "-"
-    return "%.1f%%" % (100.0 * float(x))
+from xsp.core.fmt import fmt_bytes, fmt_ns, fmt_share, fmt_si, fmt_signed
+from xsp.core.util import atomic_write, printable
 
 
 def fmt_delta(ns, base=None):
@@ -366,7 +361,7 @@ class _Summary:
         t0, t1 = meta.get("start_ns"), meta.get("stop_ns")
         share = ""
         if isinstance(t0, int) and isinstance(t1, int) and t1 > t0:
-            share = ", %.1f%% of the profiled time" % (100.0 * (est - stop) / (t1 - t0))
+            share = ", %s of the profiled time" % fmt_share((est - stop) / (t1 - t0))
         return ("xsp's own cost (estimate): %s = %d spans x %s per span (calibrated on this "
                 "machine%s) + stop %s" % (fmt_ns(est), spans, fmt_ns(per), share, fmt_ns(stop)))
 
@@ -486,7 +481,7 @@ def _work_lines(source, s):
         f = flops.summary(trace)
         out += ["", "Work (analytical, from the recorded op inputs; xsp.flops): %s FLOPs, %s "
                 "bytes moved; %d op calls without a formula%s" % (
-                    _html_si(f["flops"]), _html_si(f["bytes"]), sum(f["uncovered"].values()),
+                    fmt_si(f["flops"]), fmt_si(f["bytes"]), sum(f["uncovered"].values()),
                     "; failed to rebuild: %s" % ", ".join(sorted(f["failed"])) if f["failed"]
                     else "")]
     if memory.has_memory(trace):
@@ -494,20 +489,10 @@ def _work_lines(source, s):
         for dev, tot in memory.summary(trace).items():
             out.append("  %s: %d allocations, %s allocated, %s freed, peak %s allocated; "
                        "outside every span %s allocated" % (
-                           dev, tot["allocs"], _bytes(tot["alloc_bytes"]),
-                           _bytes(tot["freed_bytes"]), _bytes(tot["peak_bytes"]),
-                           _bytes(tot["outside_alloc_bytes"])))
+                           dev, tot["allocs"], fmt_bytes(tot["alloc_bytes"]),
+                           fmt_bytes(tot["freed_bytes"]), fmt_bytes(tot["peak_bytes"]),
+                           fmt_bytes(tot["outside_alloc_bytes"])))
     return out
-
-
-def _html_si(v):
-    from xsp.report import parts as _html
-    return _html._si(float(v)) if v == v else "?"
-
-
-def _bytes(v):
-    from xsp.report import parts as _html
-    return _html._bytes_label(v)
 
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -644,40 +629,21 @@ def _plots(s):
     return plots
 
 
-def _si(v, unit=""):
-    """A number with an SI prefix for the roofline table ("1.23 GFLOP/s"), '-' when missing."""
-    if v is None or not isinstance(v, (int, float, np.integer, np.floating)) or np.isnan(v):
-        return "-"
-    v = float(v)
-    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return "%.3g %s%s" % (v / div, p, unit)
-    return ("%.3g %s" % (v, unit)).strip()
-
-
-def _pct(x):
-    """A fraction as a percentage with 3 significant digits ("0.0123%", "45.6%"), '-' when
-    missing."""
-    if x is None or not isinstance(x, (int, float, np.integer, np.floating)) or np.isnan(x):
-        return "-"
-    return "%.3g%%" % (100.0 * float(x))
-
-
 def _peaks_words(attrs):
     """What the roofs are, for the report: the peaks' device, source and figures."""
     p = attrs.get("peaks")
     if not p:
         return attrs.get("peaks_note") or "no roofs"
     if "peak_gflops" in p:
-        return "roofs: peak %s, memory %s (given)" % (_si(p["peak_gflops"] * 1e9, "FLOP/s"),
-                                                     _si(p["peak_dram_gbps"] * 1e9, "B/s"))
+        return "roofs: peak %s, memory %s (given)" % (fmt_si(p["peak_gflops"] * 1e9, "FLOP/s"),
+                                                     fmt_si(p["peak_dram_gbps"] * 1e9, "B/s"))
     src = p.get("source")
     how = {"measured": "measured now by xsp.peaks", "cache": "measured by xsp.peaks, cached",
            "override": "given (%s)" % (p.get("method") or {}).get("override", "override")}
     return "roofs: %s peaks %s: %s; memory %s" % (
         p.get("device"), how.get(src, src), ", ".join(
-            "%s %s" % (d, _si(v, "FLOP/s")) for d, v in sorted(p["flops_per_s"].items())),
-        _si(p.get("bytes_per_s"), "B/s"))
+            "%s %s" % (d, fmt_si(v, "FLOP/s")) for d, v in sorted(p["flops_per_s"].items())),
+        fmt_si(p.get("bytes_per_s"), "B/s"))
 
 
 def _roofline_parts(trace, top):
@@ -725,11 +691,11 @@ def _roofline_parts(trace, top):
     for r in df.to_dict("records"):
         tip = "%s [%s, %s]\n%s, %s in %s\nintensity %s FLOP/B; achieved %s; roof %s (%s " \
               "bound); %s of the roof" % (
-                  r[label], r["dtype"] or "dtype ?", r["source"], _si(r["flops"], "FLOP"),
-                  _si(r["bytes"], "B"), fmt_ns(r["duration_ns"]),
-                  _si(r["arithmetic_intensity"]), _si(r["flops_per_s"], "FLOP/s"),
-                  _si(r["roof_flops_per_s"], "FLOP/s"), r["bound"] or "?",
-                  _pct(r["roof_fraction"]))
+                  r[label], r["dtype"] or "dtype ?", r["source"], fmt_si(r["flops"], "FLOP"),
+                  fmt_si(r["bytes"], "B"), fmt_ns(r["duration_ns"]),
+                  fmt_si(r["arithmetic_intensity"]), fmt_si(r["flops_per_s"], "FLOP/s"),
+                  fmt_si(r["roof_flops_per_s"], "FLOP/s"), r["bound"] or "?",
+                  fmt_share(r["roof_fraction"], precise=True))
         points.append({"label": r[label], "intensity": r["arithmetic_intensity"],
                        "flops_per_s": r["flops_per_s"], "dtype": r["dtype"], "tip": tip})
     flops = dict(pk.get("flops_per_s") or {})
@@ -742,12 +708,14 @@ def _roofline_parts(trace, top):
     shown = df.head(top)
     table = pd.DataFrame({
         label: shown[label], "dtype": shown["dtype"],
-        "FLOPs": [_si(v) for v in shown["flops"]], "bytes": [_si(v) for v in shown["bytes"]],
+        "FLOPs": [fmt_si(v) for v in shown["flops"]],
+        "bytes": [fmt_si(v) for v in shown["bytes"]],
         "time": [fmt_ns(v) for v in shown["duration_ns"]],
-        "FLOP/byte": [_si(v) for v in shown["arithmetic_intensity"]],
-        "achieved": [_si(v, "FLOP/s") for v in shown["flops_per_s"]],
-        "roof": [_si(v, "FLOP/s") for v in shown["roof_flops_per_s"]],
-        "bound": shown["bound"], "of roof": [_pct(v) for v in shown["roof_fraction"]],
+        "FLOP/byte": [fmt_si(v) for v in shown["arithmetic_intensity"]],
+        "achieved": [fmt_si(v, "FLOP/s") for v in shown["flops_per_s"]],
+        "roof": [fmt_si(v, "FLOP/s") for v in shown["roof_flops_per_s"]],
+        "bound": shown["bound"],
+        "of roof": [fmt_share(v, precise=True) for v in shown["roof_fraction"]],
         "source": shown["source"], "ops": shown["ops"], "no formula": shown["uncounted"]})
     out.append(_html.table_html(table))
     if len(df) > top:
@@ -788,10 +756,10 @@ def _memory_parts(trace, top):
         out.append("<p>%s</p>" % esc(
             "%s: %d allocations, %s allocated, %s freed, peak %s allocated; outside every "
             "span: %s allocated, %s freed" % (
-                dev, tot["allocs"], _html._bytes_label(tot["alloc_bytes"]),
-                _html._bytes_label(tot["freed_bytes"]), _html._bytes_label(tot["peak_bytes"]),
-                _html._bytes_label(tot["outside_alloc_bytes"]),
-                _html._bytes_label(tot["outside_freed_bytes"]))))
+                dev, tot["allocs"], fmt_bytes(tot["alloc_bytes"]),
+                fmt_bytes(tot["freed_bytes"]), fmt_bytes(tot["peak_bytes"]),
+                fmt_bytes(tot["outside_alloc_bytes"]),
+                fmt_bytes(tot["outside_freed_bytes"]))))
         tl = memory.timeline(trace, device=dev)
         out.append(_html.memory_svg(tl.to_dict("records"), device=dev,
                                     notes=["%s: total allocated after each span with "

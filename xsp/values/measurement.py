@@ -154,7 +154,7 @@ class Latency:
     __hash__ = None
 
     def __repr__(self):
-        from xsp.core.util import fmt_ns
+        from xsp.core.fmt import fmt_ns
         return "<xsp.Latency %s ± %s (median %s, n %d)>" % (
             fmt_ns(self.mean_ns), fmt_ns(self.std_ns), fmt_ns(self.median_ns), self.n)
 

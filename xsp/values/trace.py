@@ -21,7 +21,7 @@ import numpy as np
 
 from xsp import _core
 from xsp.core.tree import ancestor_count, nearest_ancestor, self_time
-from xsp.core.util import fmt_ns as _fmt_ns
+from xsp.core.fmt import fmt_ns as _fmt_ns
 from xsp.core.util import printable as _printable
 
 KINDS = _core.KINDS

@@ -31,7 +31,8 @@ import os
 import numpy as np
 
 from xsp.report import parts as H
-from xsp.core.util import _number, atomic_write, fmt_ns, printable
+from xsp.core.fmt import fmt_bytes, fmt_count, fmt_ns, fmt_share, fmt_si, number as _number
+from xsp.core.util import atomic_write, printable
 from . import analyses as Z
 
 __all__ = ["text", "html", "MAX_MODELS", "MAX_ROWS", "MAX_SYSTEMS"]
@@ -158,13 +159,7 @@ def _fit_line(s, width):
 
 
 def _rate(v):
-    v = _num(v)
-    return "-" if v is None else H._si(v, "/s")
-
-
-def _pct(v):
-    v = _num(v)
-    return "-" if v is None else "%.1f%%" % (100 * v)
+    return fmt_si(v, "/s")
 
 
 def text(src, *, top=10, width=TEXT_WIDTH, tolerance=Z.TOLERANCE):
@@ -203,7 +198,7 @@ def text(src, *, top=10, width=TEXT_WIDTH, tolerance=Z.TOLERANCE):
     for m, s in order[:top]:
         row = by[(m, s)]
         rows.append([_cut(m), str(s), _rate(row["best_throughput_per_s"]),
-                     _int(row["best_batch_size"]), _int(row["saturation_batch_size"]),
+                     fmt_count(row["best_batch_size"]), fmt_count(row["saturation_batch_size"]),
                      _trend(row)])
     lines += _text_table(rows, ["model", "system", "best", "at batch", "saturates",
                                 "trend"], width, right={2, 3, 4})
@@ -212,7 +207,7 @@ def text(src, *, top=10, width=TEXT_WIDTH, tolerance=Z.TOLERANCE):
     add("")
     add("layer types (mean share of the models' leaf-layer time, per system):")
     fam = _type_means(r.types)
-    lines += _text_table([[_cut(t), str(s), _pct(v), str(n)] for t, s, v, n in fam[:top]],
+    lines += _text_table([[_cut(t), str(s), fmt_share(v), str(n)] for t, s, v, n in fam[:top]],
                          ["layer type", "system", "share", "models"], width, right={2, 3})
     if not fam:
         add("  none: no evaluation recorded layers (levels ML)")
@@ -221,8 +216,8 @@ def text(src, *, top=10, width=TEXT_WIDTH, tolerance=Z.TOLERANCE):
     add("")
     add("top ops (mean share of the iteration in run ML over the profiles):")
     ops = r.ops
-    lines += _text_table([[_cut(o.op, 48), _pct(o.mean_share), str(o.models),
-                           "%s (%s)" % (_cut(o.max_model, 24), _pct(o.max_share))]
+    lines += _text_table([[_cut(o.op, 48), fmt_share(o.mean_share), str(o.models),
+                           "%s (%s)" % (_cut(o.max_model, 24), fmt_share(o.max_share))]
                           for o in ops.head(top).itertuples(index=False)],
                          ["op", "share", "models", "highest in"], width, right={1, 2})
     if not len(ops):
@@ -247,11 +242,6 @@ def text(src, *, top=10, width=TEXT_WIDTH, tolerance=Z.TOLERANCE):
     if len(f) > top:
         add("  … %d more: xsp zoo status DIR" % (len(f) - top))
     return "".join(_fit_line(ln, width) + "\n" for ln in lines)
-
-
-def _int(v):
-    v = _num(v)
-    return "-" if v is None else "%d" % v
 
 
 def _times(v):
@@ -340,7 +330,7 @@ def _throughput_svg(series, notes=(), width=820):
         out.append('<line class="xsp-grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/><text '
                    'class="xsp-tick" x="%d" y="%.1f" text-anchor="end">%s</text>'
                    % (left, py(10.0 ** e), left + pw, py(10.0 ** e), left - 4,
-                      py(10.0 ** e) + 3, _esc(H._si(10.0 ** e))))
+                      py(10.0 ** e) + 3, _esc(fmt_si(10.0 ** e))))
     out.append('<text x="%.1f" y="%d" text-anchor="middle">batch size (log scale)</text>'
                % (left + pw / 2, top + ph + 30))
     out.append('<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle">'
@@ -355,7 +345,7 @@ def _throughput_svg(series, notes=(), width=820):
             big = b == sat
             out.append('<circle cx="%.1f" cy="%.1f" r="%s" fill="%s"><title>%s</title>'
                        '</circle>' % (px(b), py(t), "5.5" if big else "3", col, _esc(
-                           "%s: batch %d, %s%s" % (label, b, H._si(t, "samples/s"),
+                           "%s: batch %d, %s%s" % (label, b, fmt_si(t, "samples/s"),
                                                    " (saturation batch)" if big else ""))))
         ly = top + 8 + 16 * i
         out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>'
@@ -658,9 +648,9 @@ def _sec_roofline(r, max_models, max_rows, max_systems):
             pts.append({"label": x["model"], "intensity": _num(x["intensity"]),
                         "flops_per_s": _num(x["flops_per_s"]), "dtype": "float32",
                         "tip": "%s, batch %d: %s, %s per iteration; %s FLOP/byte; %s" % (
-                            x["model"], x["batch_size"], H._si(x["flops"], "FLOP"),
-                            H._si(x["bytes"], "B"), H._si(x["intensity"]),
-                            H._si(x["flops_per_s"], "FLOP/s"))})
+                            x["model"], x["batch_size"], fmt_si(x["flops"], "FLOP"),
+                            fmt_si(x["bytes"], "B"), fmt_si(x["intensity"]),
+                            fmt_si(x["flops_per_s"], "FLOP/s"))})
         peak_f = _num(g["peak_flops_per_s"].iloc[0]) if "peak_flops_per_s" in g else None
         peak_b = _num(g["peak_bytes_per_s"].iloc[0]) if "peak_bytes_per_s" in g else None
         parts.append("<h3>%s</h3>" % _esc("on " + r.system_name(sid)))
@@ -686,12 +676,12 @@ def _sec_memory(r, max_models, max_rows):
     last = last.sort_values(["peak_bytes", "model"], ascending=[False, True])
     rows = [("%s (batch %d)" % (r.model_label(x["model"], x["system_id"]), x["batch_size"]),
              _num(x["peak_bytes"]), "%s: peak %s on %s at batch %d" % (
-                 x["model"], H._fmt_bytes(x["peak_bytes"]), x["device"], x["batch_size"]))
+                 x["model"], fmt_bytes(x["peak_bytes"]), x["device"], x["batch_size"]))
             for x in last.head(max_models).to_dict("records") if _num(x["peak_bytes"])]
     parts = [_p("The highest total the allocator reported during the profile (on the "
                 "evaluation's device), per model at its largest batch size; per sample: what "
                 "one more sample adds over the smallest batch size."),
-             _bars_svg(rows, H._fmt_bytes, _cut_note(len(last), len(rows)),
+             _bars_svg(rows, fmt_bytes, _cut_note(len(last), len(rows)),
                        what="peak memory"),
              _table(m, max_rows, "xsp.zoo.analyses.memory(DIR)")]
     return _section("memory", "Memory per model", parts)

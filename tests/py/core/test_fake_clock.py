@@ -107,7 +107,7 @@ def test_own_cost_is_spans_times_the_calibrated_cost_plus_the_stop(fake_clock, t
     import json
     from xsp import report
     from xsp.producers import profiler
-    from xsp.core.util import fmt_ns
+    from xsp.core.fmt import fmt_ns
     add, a = models.Add(), torch.ones(3)
     add(a, a)
     xsp.profile()                   # calibrates levels ML on the real clock (or it is cached)

@@ -222,7 +222,7 @@ def test_latency_budget_is_beyond_noise_only():
     with pytest.raises(perf.BudgetExceeded) as e:
         r.check(latency="%f ns" % (1000 - noise - 1))
     assert e.value.failures[0].startswith("latency 1.000 us ± %s (4 iterations) is over the "
-                                          "budget" % xsp.core.util.fmt_ns(s))
+                                          "budget" % xsp.core.fmt.fmt_ns(s))
     # one sample has no spread: a mean over the budget fails
     with pytest.raises(perf.BudgetExceeded):
         result([1000]).check(latency=999e-9)
@@ -238,7 +238,7 @@ def test_baseline_latency_verdicts_and_threshold():
     assert (v.status, v.regressed, v.latency["verdict"]) == ("regressed", True, "slower")
     assert v.latency["delta_share"] == pytest.approx(0.1)
     assert v.lines() == ["latency 1.000 us -> 1.100 us: +100 ns (+10.0%%), beyond the noise "
-                         "(%s) and the threshold (5%%)" % xsp.core.util.fmt_ns(
+                         "(%s) and the threshold (5%%)" % xsp.core.fmt.fmt_ns(
                              v.latency["noise_ns"])]
     assert slow.compare(base, threshold=10.5).status == "ok"      # within the threshold
     fast = result([900, 910, 890, 900, 900])
@@ -347,7 +347,7 @@ def test_layer_budgets(fake_clock):
     r.check(layers={"0": "1 s"})
     with pytest.raises(perf.BudgetExceeded) as e:
         r.check(layers={"0": "1 ns", "enc": "1 ms"})
-    assert e.value.failures[0].startswith("layer 0: %s ± " % xsp.core.util.fmt_ns(np.mean(fc)))
+    assert e.value.failures[0].startswith("layer 0: %s ± " % xsp.core.fmt.fmt_ns(np.mean(fc)))
     assert "is over the budget 1 ns by" in e.value.failures[0]
     assert e.value.failures[1] == "layer enc: no module of that name ran (modules: 0, 1, 2)"
     m_only = perf.measure(step, levels="M", repeat=2, warmup=0, count_memory=False)

@@ -117,7 +117,7 @@ def test_passing_tests_summary_json_and_junitxml(project):
     assert "xsp performance (2 measurements)" in text
     row = [ln for ln in r.outlines if ln.startswith("test_project.py::test_step::train_step")]
     assert len(row) == 1
-    assert xsp.core.util.fmt_ns(step["mean_ns"]) in row[0] and " 4 " in row[0]
+    assert xsp.core.fmt.fmt_ns(step["mean_ns"]) in row[0] and " 4 " in row[0]
     # junitxml: the properties of each measurement
     tree = ET.parse(str(project.path / "junit.xml"))
     case = [c for c in tree.iter("testcase") if c.get("name") == "test_step"][0]
@@ -144,7 +144,7 @@ def test_budget(xsp_measure):
     out = r.stdout.str()
     assert "xsp: budget exceeded: train_step (levels ML, 3 iterations)" in out
     assert ("latency %s ± 0 ns (3 iterations) is over the budget 10 ns by %s"
-            % (xsp.core.util.fmt_ns(mean), xsp.report.summary.fmt_delta(mean - 10, 10))
+            % (xsp.core.fmt.fmt_ns(mean), xsp.report.summary.fmt_delta(mean - 10, 10))
             in out)
     assert "aten::addmm: 2 calls per iteration, budget 1 (+1)" in out
     # no baseline: the offenders are where the time goes, largest first

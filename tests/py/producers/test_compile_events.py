@@ -302,7 +302,7 @@ def test_the_report_says_what_compiled(eager):
     s = compiled.summary(tr)
     text = xsp.report.text(tr)
     assert ("torch.compile: 2 compiles (1 recompile), %s in all; the latency of step#0, "
-            "step#2 includes compile time" % xsp.core.util.fmt_ns(s["compile_ns"])) in text
+            "step#2 includes compile time" % xsp.core.fmt.fmt_ns(s["compile_ns"])) in text
 
 
 def test_an_uncompiled_trace_has_no_compile_spans(eager):
@@ -571,7 +571,7 @@ def test_report_leaves_compiling_steps_out_of_the_latency():
     assert line.startswith("step latency (the 1 that compiled left out): ")
     steps = p.trace.spans(kind="step")
     durs = sorted(s.duration_ns for s in steps[1:])
-    from xsp.core.util import fmt_ns
+    from xsp.core.fmt import fmt_ns
     assert ("max %s" % fmt_ns(durs[-1])) in line
     assert re.search(r"the latency of step#0 includes compile time", text)
 

@@ -78,7 +78,7 @@ def test_five_steps_give_five_iterations_step_at_the_end():
     txt = report.text(tr)
     assert "5 iterations: steps (the work between step() calls)" in txt
     assert "setup (before the first step() and its first model call; not an iteration): %s" \
-        % xsp.core.util.fmt_ns(su["duration_ns"]) in txt
+        % xsp.core.fmt.fmt_ns(su["duration_ns"]) in txt
 
 
 def test_five_steps_give_five_iterations_step_at_the_start_and_a_tail_is_dropped():
@@ -408,7 +408,7 @@ def test_measure_says_when_an_overhead_is_within_the_noise():
     assert bool(ov.loc[1, "within_noise"])
     txt = report.text(m)
     assert ("M in run ML: +5 ns added is within the noise (± %s): measure with a larger "
-            "repeat to tell" % xsp.core.util.fmt_ns(ov.loc[1, "noise_ns"])) in txt
+            "repeat to tell" % xsp.core.fmt.fmt_ns(ov.loc[1, "noise_ns"])) in txt
 
 
 SCRIPT = '''
