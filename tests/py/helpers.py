@@ -6,6 +6,26 @@ import threading
 import xsp
 
 MODULE_KINDS = ("module", "model")
+TESTS = os.path.dirname(os.path.abspath(__file__))      # tests/py
+
+
+def sibling(folder, name):
+    """The test module tests/py/<folder>/<name>.py, for a test that reuses another folder's
+    builders (a trace, a command runner): the module pytest imported when it collected that
+    file, or imported now under the same name (pytest's rootdir-less "prepend" mode names a
+    test module by its file name), so that its fixtures and caches are shared either way."""
+    import importlib.util
+    import sys
+    mod = sys.modules.get(name)
+    if mod is not None and os.path.dirname(os.path.abspath(mod.__file__)) == os.path.join(
+            TESTS, folder):
+        return mod
+    spec = importlib.util.spec_from_file_location(name, os.path.join(TESTS, folder,
+                                                                     name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 # A models file for the zoo tests' python: sources (xsp.zoo runs it in its workers): an MLP
 # and a small convnet, with seeded inputs of any batch size

@@ -80,7 +80,7 @@ def torch_trace(steps, model=None):
     os.close(fd)
     try:
         prof.export_chrome_trace(path)
-        loaded = xsp.load_kineto(path)
+        loaded = xsp.load(path, format="kineto")
     finally:
         os.unlink(path)
     return convert(loaded)

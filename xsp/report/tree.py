@@ -18,7 +18,8 @@ import itertools
 import numpy as np
 
 from xsp.core.levels import LEVEL_NAMES
-from xsp.core.util import fmt_ns, printable
+from xsp.core.fmt import fmt_ns
+from xsp.core.util import printable
 from xsp.values.trace import KINDS, LEVELS
 
 INDENT = 32                # levels whose indent is drawn

@@ -96,7 +96,7 @@ def test_merged_exports_have_a_process_per_rank(job2, tmp_path):
     job = D.merge(job2)
     pids = [xsp.load(p).meta["pid"] for p in job2]
     xsp.formats.chrome.write(job, str(tmp_path / "c.json"))
-    job.to_kineto(str(tmp_path / "k.json"))
+    xsp.save(job, str(tmp_path / "k.json"), format="kineto")
     for f in ("c.json", "k.json"):
         ev = json.load(open(tmp_path / f))["traceEvents"]
         procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"

@@ -638,7 +638,7 @@ def test_a_torch_profiler_trace_costs_without_failures(tmp_path):
         work()
     path = str(tmp_path / "t.json")
     p.export_chrome_trace(path)
-    s = xsp.analysis.flops.summary(xsp.load_kineto(path))
+    s = xsp.analysis.flops.summary(xsp.load(path, format="kineto"))
     assert s["failed"] == {} and s["flops"] == fc.get_total_flops() > 0
 
 

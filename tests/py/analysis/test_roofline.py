@@ -5,7 +5,7 @@ micro-benchmarks, the theoretical peak, the cache, overrides), the roofline tabl
 The table's arithmetic is checked on hand-built traces (Trace.from_spans) with given peaks and
 a stand-in for xsp.analysis.flops.op_costs that reads each op's costs from test attributes (c_flops,
 c_bytes, c_dtype, c_status), so every expected value is worked out from the span list; one
-test runs the real xsp.flops on a real model.  The benchmarks run with a budget of a fraction
+test runs the real xsp.analysis.flops on a real model.  The benchmarks run with a budget of a fraction
 of a second; every test that could write a cache file points XDG_CACHE_HOME at its tmp_path.
 """
 import json
@@ -606,7 +606,7 @@ def test_a_gpu_trace_here_without_cuda_has_no_roofs(stand_in):
 def test_roofline_of_a_real_model_with_the_real_op_costs():
     torch = pytest.importorskip("torch")
     from torch import nn
-    flops = pytest.importorskip("xsp.flops")
+    flops = pytest.importorskip("xsp.analysis.flops")
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     x = torch.randn(32, 64)
     with xsp.profile(levels="ML", record_shapes=True) as prof:

@@ -125,7 +125,8 @@ def test_summary_export_report_compare(ran, tmp_path, capsys):
 
 
 def test_compare_shows_the_regression(tmp_path, capsys):
-    from test_analysis import S
+    from helpers import sibling
+    S = sibling("analysis", "test_analysis").S
     def tr(fc1):
         return xsp.Trace.from_spans([
             S("prof", "region", 0, 1000), S("Net", "model", 0, 1000, 0, type="Net"),

@@ -124,7 +124,7 @@ def test_own_cost_is_spans_times_the_calibrated_cost_plus_the_stop(fake_clock, t
             "machine, " % (fmt_ns(2 * per + 10), fmt_ns(per)))
     assert line in report.text(prof.trace)
     assert "own cost (estimate): %s" % fmt_ns(2 * per + 10) in report.html(prof.trace)
-    prof.trace.to_kineto(str(tmp_path / "t.json"))
+    xsp.save(prof.trace, str(tmp_path / "t.json"), format="kineto")
     with open(tmp_path / "t.json") as f:
         top = json.load(f)["xsp"]["meta"]
     assert (top["overhead.estimate_ns"], top["overhead.per_span_ns"],

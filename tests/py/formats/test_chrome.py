@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import xsp
-import xsp.chrome
+import xsp.formats.chrome
 from helpers import main_tid
 import models
 

@@ -482,7 +482,7 @@ def test_kineto_list_args_that_are_not_json_lists_are_written_as_their_value(tmp
     the reader as a list's JSON text, held a number; `xsp export --format kineto` printed a
     traceback).  Such an attribute is written as its plain value; JSON text as the list."""
     tr = HOSTILE["kineto args of the wrong type"]
-    tr.to_kineto(str(tmp_path / "t.json"))
+    xsp.save(tr, str(tmp_path / "t.json"), format="kineto")
     args = kineto_events(tmp_path / "t.json")[1]["args"]
     assert args["Input Dims"] == 3 and args["Input type"] == 1.5
     assert args["Concrete Inputs"] == "not json" and args["name"] == [1, 2]
@@ -502,7 +502,7 @@ def test_kineto_export_of_span_references_and_sizes_of_the_wrong_type(tmp_path):
     written as xsp.* args only, and no flow or derived arg is made from them."""
     import json
     tr = HOSTILE["huge ids and values"]
-    tr.to_kineto(str(tmp_path / "t.json"))
+    xsp.save(tr, str(tmp_path / "t.json"), format="kineto")
     with open(tmp_path / "t.json", encoding="utf-8") as f:
         doc = json.load(f)
     assert doc["baseTimeNanoseconds"] == 0

@@ -66,7 +66,7 @@ def traces(tmp_path_factory):
             step()
             prof.step()
     xsp_path = str(d / "xsp.pt.trace.json")
-    assert prof.trace.to_kineto(xsp_path) == xsp_path
+    assert xsp.save(prof.trace, xsp_path, format="kineto") == xsp_path
     return torch_path, xsp_path, prof.trace
 
 
@@ -278,7 +278,7 @@ def test_tensorboard_plugin_loads_the_export(traces, tmp_path):
 # -- reading torch.profiler's traces --------------------------------------------------------
 def test_load_kineto_rebuilds_the_tree(traces):
     torch_path, _, _ = traces
-    tr = xsp.load_kineto(torch_path)
+    tr = xsp.load(torch_path, format="kineto")
     doc = events(torch_path)
     n_x = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
     assert len(tr) == n_x                         # every complete event, the Trace region too
@@ -325,7 +325,7 @@ def test_load_kineto_op_table_equals_key_averages():
             step()
             p.step()
     try:
-        tr = xsp.load_kineto(got["path"])
+        tr = xsp.load(got["path"], format="kineto")
     finally:
         os.unlink(got["path"])
     ops = analysis.ops(tr)
@@ -340,7 +340,7 @@ def test_load_kineto_op_table_equals_key_averages():
 def test_round_trip_gives_torch_s_events_and_hta_s_results(traces, tmp_path):
     torch_path, _, _ = traces
     out = str(tmp_path / "again.pt.trace.json")
-    xsp.load_kineto(torch_path).to_kineto(out)
+    xsp.save(xsp.load(torch_path, format="kineto"), out, format="kineto")
     a, b = events(torch_path), events(out)
     assert b["baseTimeNanoseconds"] == a["baseTimeNanoseconds"]
     assert b["trace_id"] == a["trace_id"] and b["traceName"] == a["traceName"]
@@ -370,7 +370,7 @@ def test_gzip_and_the_cli(traces, tmp_path):
     gz = str(tmp_path / "t.pt.trace.json.gz")
     with open(torch_path, "rb") as f, gzip.open(gz, "wb") as g:
         g.write(f.read())
-    assert len(xsp.load_kineto(gz)) == len(xsp.load_kineto(torch_path))
+    assert len(xsp.load(gz, format="kineto")) == len(xsp.load(torch_path, format="kineto"))
     xspf = str(tmp_path / "r.xsp")
     tr.save(xspf)
     cli = [sys.executable, "-m", "xsp"]
@@ -378,7 +378,7 @@ def test_gzip_and_the_cli(traces, tmp_path):
     r = subprocess.run(cli + ["export", xspf, "--format", "kineto", "-o", out],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert len(xsp.load_kineto(out)) == len(tr)
+    assert len(xsp.load(out, format="kineto")) == len(tr)
     r = subprocess.run(cli + ["summary", gz, "--top", "3"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "xsp report: PyTorch Profiler (0)" in r.stdout and "%d iterations" % STEPS in r.stdout
@@ -418,7 +418,7 @@ def test_hostile_kineto_files(tmp_path, content, words, offset, event):
     p = tmp_path / "bad.json"
     p.write_bytes(content)
     with pytest.raises(xsp.TraceFormatError) as e:
-        xsp.load_kineto(str(p))
+        xsp.load(str(p), format="kineto")
     assert str(e.value).startswith(str(p) + ": ") and words in str(e.value)
     assert e.value.path == str(p) and e.value.offset == offset
     assert getattr(e.value, "event", None) == event
@@ -431,7 +431,7 @@ def test_overlapping_events_are_cut_and_counted(tmp_path):
         {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 15, "dur": 10},
         {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 30, "dur": 1},
         {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": 31}]}))
-    tr = xsp.load_kineto(str(p))
+    tr = xsp.load(str(p), format="kineto")
     assert [(s.name, s.start_ns, s.end_ns, s.parent) for s in tr] == [
         ("torch.profiler trace", 10000, 31000, None), ("a", 10000, 20000, 0),
         ("b", 15000, 20000, 1), ("c", 30000, 31000, 0)]
@@ -455,7 +455,7 @@ def gpu_export(tmp_path_factory):
         pytest.skip("%s is missing: run make ctest first" % GPU_TRACE)
     tr = xsp.load(GPU_TRACE)
     path = str(tmp_path_factory.mktemp("gpu") / "gpu.pt.trace.json")
-    tr.to_kineto(path)
+    xsp.save(tr, path, format="kineto")
     return tr, path
 
 
@@ -552,7 +552,7 @@ def test_tensorboard_plugin_gpu_views(gpu_export, tmp_path):
 def test_measurement_export_carries_leveled_latencies(tmp_path):
     step = workload()
     m = xsp.measure(step, levels="ML", repeat=3, warmup=0, progress=False)
-    path = m.to_kineto(str(tmp_path / "m.json"))
+    path = xsp.save(m, str(tmp_path / "m.json"), format="kineto")
     ev = [e for e in events(path)["traceEvents"] if e["ph"] == "X"]
     lev = m.leveled_ns()
     table = m.span_table()
@@ -592,14 +592,14 @@ def test_memory_events_round_trip_exactly(tmp_path):
     time and read back: every span's mem.* attributes are equal, and xsp.memory agrees."""
     tr = _memory_profile()
     path = str(tmp_path / "m.pt.trace.json")
-    tr.to_kineto(path)
+    xsp.save(tr, path, format="kineto")
     with open(path) as f:
         events = json.load(f)["traceEvents"]
     mem = [e for e in events if e.get("name") == "[memory]"]
     assert {(e["ph"], e["s"], e["cat"]) for e in mem} == {("i", "t", "cpu_instant_event")}
     assert len(mem) == sum(s.attrs.get("mem.cpu.allocs", 0) + s.attrs.get("mem.cpu.frees", 0)
                            for s in tr)
-    back = xsp.load_kineto(path)
+    back = xsp.load(path, format="kineto")
 
     def sums(t):
         return {(s.kind, s.start_ns): {k: v for k, v in s.attrs.items() if k.startswith("mem.")}
@@ -624,7 +624,7 @@ def test_tensorboard_memory_view_opens_on_the_export(tmp_path):
     peak is xsp's peak."""
     tr = _memory_profile()
     path = str(tmp_path / "worker0.pt.trace.json")
-    tr.to_kineto(path)
+    xsp.save(tr, path, format="kineto")
     prof = tb_profile(path, tmp_path)
     rows = prof.get_memory_stats(memory_metric="B")["rows"]["CPU"]
     ours = {}

@@ -37,7 +37,7 @@ def _write(tmp_path, doc, name="t.json"):
 
 def _refused(path, words, event=None, offset=None):
     with pytest.raises(xsp.TraceFormatError) as e:
-        xsp.load_kineto(path)
+        xsp.load(path, format="kineto")
     msg = str(e.value)
     assert msg.startswith(path + ": ") and words in msg, msg
     assert e.value.path == path and e.value.event == event and e.value.offset == offset, (
@@ -62,7 +62,7 @@ def test_ts_is_exact_decimal_microseconds_rounded_half_to_even(tmp_path):
     text = json.dumps(_doc(*evs))
     for v in cases:
         text = text.replace('"@%s@"' % v, v)
-    tr = xsp.load_kineto(_write(tmp_path, text))
+    tr = xsp.load(_write(tmp_path, text), format="kineto")
     got = {s.name: s.start_ns for s in tr if s.kind == "op"}
     assert got == {"e%d" % k: ns for k, ns in enumerate(cases.values())}
 
@@ -72,7 +72,7 @@ def test_integers_past_int64_and_past_4300_digits(tmp_path):
     text = json.dumps(_doc(dict(EVENT, args={"x": 0, "big": 2 ** 64, "f": 1.5}),
                            dict(EVENT, ts=5, pid="@pid@")))
     text = text.replace('"x": 0', '"x": ' + digits).replace('"@pid@"', digits)
-    tr = xsp.load_kineto(_write(tmp_path, text))
+    tr = xsp.load(_write(tmp_path, text), format="kineto")
     a = tr[1].attrs
     assert a["k.x"] == digits and a["k.big"] == str(2 ** 64) and a["k.f"] == 1.5
     assert len(tr.threads) == 2                     # the long pid is a thread key like others
@@ -82,7 +82,7 @@ def test_integers_past_int64_and_past_4300_digits(tmp_path):
 
 def test_an_arg_of_1e999_is_infinity_and_every_exporter_takes_it(tmp_path):
     text = json.dumps(_doc(dict(EVENT, args={"x": "@"}))).replace('"@"', "1e999")
-    tr = xsp.load_kineto(_write(tmp_path, text))
+    tr = xsp.load(_write(tmp_path, text), format="kineto")
     assert tr[1].attrs["k.x"] == math.inf
     _everything(tr, tmp_path)
 
@@ -145,7 +145,7 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
 def test_malformed_json_gives_the_byte_offset(tmp_path, text, words, offset):
     p = _write(tmp_path, text)
     with pytest.raises(xsp.TraceFormatError) as e:
-        xsp.load_kineto(p)
+        xsp.load(p, format="kineto")
     assert words in str(e.value) and e.value.event is None
     if offset is not None:
         assert e.value.offset == offset and "byte %d: " % offset in str(e.value)
@@ -162,7 +162,7 @@ def test_a_gzip_bomb_stops_at_the_cap_with_its_offset(tmp_path):
         g.write(b"]}")
     assert os.path.getsize(p) < 200000
     with pytest.raises(xsp.TraceFormatError) as e:
-        xsp.load_kineto(str(p), max_bytes=16 << 20)
+        xsp.load(str(p), max_bytes=16 << 20, format="kineto")
     assert "more than %d bytes of JSON text" % (16 << 20) in str(e.value)
     assert e.value.offset == 16 << 20
     # under the default cap the blanks are read, in bounded memory (a child's peak RSS)
@@ -173,7 +173,7 @@ def test_a_gzip_bomb_stops_at_the_cap_with_its_offset(tmp_path):
                 return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
         before = hwm()
         try:
-            xsp.load_kineto(sys.argv[1])
+            xsp.load(sys.argv[1], format="kineto")
         except xsp.TraceFormatError as e:
             print(e)
         print((hwm() - before) >> 20)
@@ -206,7 +206,7 @@ def test_one_token_past_the_cap_is_refused_at_its_first_byte(tmp_path, kind):
     code = textwrap.dedent('''
         import sys, xsp
         try:
-            xsp.load_kineto(sys.argv[1])
+            xsp.load(sys.argv[1], format="kineto")
         except xsp.TraceFormatError as e:
             print(e.offset, e)
         with open("/proc/self/status") as f:
@@ -223,19 +223,19 @@ def test_one_token_past_the_cap_is_refused_at_its_first_byte(tmp_path, kind):
 
 def test_gzip_members_padding_truncation_and_garbage(tmp_path):
     text = json.dumps(_doc(EVENT, dict(EVENT, ts=10))).encode()
-    whole = xsp.load_kineto(_write(tmp_path, text.decode(), "plain.json"))
+    whole = xsp.load(_write(tmp_path, text.decode(), "plain.json"), format="kineto")
     two = tmp_path / "two.json.gz"
     two.write_bytes(gzip.compress(text[:30]) + gzip.compress(text[30:]) + b"\0" * 512)
-    assert [(s.name, s.start_ns) for s in xsp.load_kineto(str(two))] == \
+    assert [(s.name, s.start_ns) for s in xsp.load(str(two), format="kineto")] == \
         [(s.name, s.start_ns) for s in whole]
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(gzip.compress(text)[:-12])
     with pytest.raises(xsp.TraceFormatError, match="not a gzip file"):
-        xsp.load_kineto(str(cut))
+        xsp.load(str(cut), format="kineto")
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(text) + b"garbage!")
     with pytest.raises(xsp.TraceFormatError, match="not a gzip file") as e:
-        xsp.load_kineto(str(bad))
+        xsp.load(str(bad), format="kineto")
     assert e.value.offset == len(gzip.compress(text))
 
 
@@ -251,7 +251,7 @@ def test_the_same_trace_whatever_the_chunks(torch_trace):
         i += n
     split = xsp.Trace(_core.read_kineto(iter(pieces)))
     assert split.to_bytes() == whole.to_bytes()
-    loaded = xsp.load_kineto(torch_trace)
+    loaded = xsp.load(torch_trace, format="kineto")
     assert loaded.meta["kineto.path"] == os.path.abspath(torch_trace)
     assert len(loaded) == len(whole) > 100
 
@@ -285,8 +285,8 @@ def _everything(tr, tmp_path):
     steps = [
         lambda: tr.tree(max_depth=4), tr.to_pandas,
         lambda: xsp.load(_saved(tr, tmp_path)),
-        lambda: tr.to_kineto(str(tmp_path / "m.pt.trace.json")),
-        lambda: xsp.load_kineto(str(tmp_path / "m.pt.trace.json")),
+        lambda: xsp.save(tr, str(tmp_path / "m.pt.trace.json"), format="kineto"),
+        lambda: xsp.load(str(tmp_path / "m.pt.trace.json"), format="kineto"),
         lambda: chrome.write(tr, str(tmp_path / "m.json")),
         lambda: report.text(tr), lambda: analysis.ops(tr),
         lambda: flops.summary(tr), lambda: memory.summary(tr),
@@ -346,7 +346,7 @@ def test_mutants_of_a_real_trace_load_or_name_what_is_wrong(torch_trace, tmp_pat
         _mutate(rng, doc)
         p = _write(tmp_path, _text(doc), "mutant.json")
         try:
-            tr = xsp.load_kineto(p)
+            tr = xsp.load(p, format="kineto")
         except xsp.TraceFormatError as e:
             assert str(e).startswith(p + ": "), str(e)
             assert e.event is not None or e.offset is not None or "no complete events" in str(e)

@@ -225,7 +225,7 @@ def test_no_writer_follows_a_link_at_an_old_or_likely_name(tmp_path, traces):
         assert os.path.isfile(path) and not os.path.islink(path), name
         assert entries(d) == sorted(links + [name]), name
     assert xsp.load(str(tmp_path / "d-t.xsp" / "t.xsp")) == traces[1]
-    assert xsp.load_kineto(str(tmp_path / "d-t.pt.trace.json.gz" / "t.pt.trace.json.gz"))[
+    assert xsp.load(str(tmp_path / "d-t.pt.trace.json.gz" / "t.pt.trace.json.gz"), format="kineto")[
         1].name == "aten::op0"
 
 

@@ -107,7 +107,7 @@ def test_the_links_are_flows_in_kineto_and_chrome_exports(trace, tmp_path):
     pool = [tid for tid, name, _ in tr.threads if name == POOL][0]
     for fmt, path in (("kineto", tmp_path / "t.pt.trace.json"), ("chrome", tmp_path / "t.json")):
         if fmt == "kineto":
-            tr.to_kineto(str(path))
+            xsp.save(tr, str(path), format="kineto")
         else:
             xsp.formats.chrome.write(tr, str(path))
         ev = json.loads(path.read_text())["traceEvents"]
@@ -127,17 +127,19 @@ def test_the_links_are_flows_in_kineto_and_chrome_exports(trace, tmp_path):
         assert POOL in names[pool]
     # the Kineto file reads back: the pool's spans are all there (as roots: Kineto's JSON has
     # no cross-thread parent)
-    back = xsp.load_kineto(str(tmp_path / "t.pt.trace.json"))
+    back = xsp.load(str(tmp_path / "t.pt.trace.json"), format="kineto")
     assert len(back) == len(tr)
 
 
 def test_hta_and_tensorboard_read_the_export_with_its_flows(trace, tmp_path):
     """The flows of a category of xsp's own do not disturb the tools: HTA parses every cpu_op
     (the pool's among them) and TensorBoard's plugin counts the pool's selects."""
-    from test_kineto import hta, tb_profile
+    from helpers import sibling
+    kineto_tests = sibling("formats", "test_kineto")
+    hta, tb_profile = kineto_tests.hta, kineto_tests.tb_profile
     tr = trace
     path = str(tmp_path / "worker0.pt.trace.json")
-    tr.to_kineto(path)
+    xsp.save(tr, path, format="kineto")
     with hta(path) as ta:
         df = ta.t.get_trace(0)
         sym = ta.t.symbol_table.get_sym_table()

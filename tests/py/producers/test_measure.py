@@ -284,7 +284,7 @@ def test_measure_real_model_and_sweep(capsys):
     leaves = {n for n, mod in model.named_modules() if n and not list(mod.children())}
     assert set(rk["name"]) == leaves        # one iteration: calls per forward (relu: 2)
     assert rk["calls"].sum() == t["name"].isin(leaves).sum()
-    assert "Overhead per level" in m.report()
+    assert "Overhead per level" in xsp.report.text(m)
 
     def make(b):
         xb = torch.randn(b, 3, 16, 16)

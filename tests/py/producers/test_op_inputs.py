@@ -216,7 +216,7 @@ def test_memory_read_from_torch_trace_equals_torch_profiler(case, tmp_path):
     with open(path) as f:
         mem = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
     n_mem = len(mem)
-    tr = xsp.load_kineto(path)
+    tr = xsp.load(path, format="kineto")
     assert tr.meta["kineto.memory"] == n_mem > 0
     assert tr.counters["kineto.skipped"] == 2       # "Iteration Start", "Record Window End"
     cpu_threads = {tid for tid, _, kind in tr.threads if kind == 0}
@@ -269,7 +269,7 @@ def test_kineto_export_carries_inputs_as_torch_writes_them(tmp_path):
     events = _torch_ops(model, x, tmp_path)
     with xsp.profile(levels="ML", record_shapes=True) as prof:
         _step(model, x)
-    prof.trace.to_kineto(str(tmp_path / "xsp.json"))
+    xsp.save(prof.trace, str(tmp_path / "xsp.json"), format="kineto")
     ours = [e for e in json.loads((tmp_path / "xsp.json").read_text())["traceEvents"]
             if e.get("cat") == "cpu_op"]
 
@@ -277,17 +277,17 @@ def test_kineto_export_carries_inputs_as_torch_writes_them(tmp_path):
         return (e["name"],) + tuple(json.dumps(e["args"].get(k)) for k, _ in INPUT_KEYS)
 
     assert Counter(map(key, ours)) == Counter(map(key, events))
-    back = xsp.load_kineto(str(tmp_path / "torch.json"))
+    back = xsp.load(str(tmp_path / "torch.json"), format="kineto")
     got = Counter(_key_xsp(s) for s in back if "input_dims" in s.attrs)
     assert got == Counter(_key_torch(e) for e in events if "Input Dims" in e["args"])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_flops_of_xsp_traces_equal_flop_counter(case):
-    """xsp.flops on a trace the shim recorded (not a torch.profiler trace converted) totals
+    """xsp.analysis.flops on a trace the shim recorded (not a torch.profiler trace converted) totals
     what FlopCounterMode counts on the same step, forward and backward."""
     from torch.utils.flop_counter import FlopCounterMode
-    import xsp.flops
+    import xsp.analysis.flops
     model, x = CASES[case]
     _step(model, x)
     with FlopCounterMode(display=False) as fc:

@@ -275,7 +275,7 @@ def test_exports_and_views_carry_them(tmp_path):
     assert got == expect
     assert df[~df["kind"].isin(["model", "module"])]["source"].isna().all()
     # Kineto's JSON: args on the python_function events
-    tr.to_kineto(str(tmp_path / "k.json"))
+    xsp.save(tr, str(tmp_path / "k.json"), format="kineto")
     events = json.load(open(tmp_path / "k.json"))["traceEvents"]
     py = {e["args"]["xsp.id"]: (e["args"]["xsp.source"], e["args"]["xsp.call_site"])
           for e in events if e.get("cat") == "python_function"}
@@ -448,14 +448,14 @@ def test_with_stack_exports(tmp_path):
     with xsp.profile(levels="ML", with_stack=True) as prof:
         outer(x)
     tr = prof.trace
-    tr.to_kineto(str(tmp_path / "k.json"))
+    xsp.save(tr, str(tmp_path / "k.json"), format="kineto")
     events = json.load(open(tmp_path / "k.json"))["traceEvents"]
     py = [e for e in events if e.get("cat") == "python_function"]
     assert [e["name"] for e in py] == [frame_name(outer), frame_name(inner)]
     assert py[1]["args"]["Python parent id"] == py[0]["args"]["Python id"]
     assert py[0]["args"]["Python parent id"] is None
     # read back: the frames are python spans again, the op under them
-    back = xsp.load_kineto(str(tmp_path / "k.json"))
+    back = xsp.load(str(tmp_path / "k.json"), format="kineto")
     assert [s.name for s in back.spans(kind="python")] == [frame_name(outer), frame_name(inner)]
     assert back.stack_of(back.spans(kind="op", name="aten::add")[0]) == [frame_name(inner),
                                                                           frame_name(outer)]

@@ -313,7 +313,8 @@ def test_op_table_merges_a_redispatch_with_its_self_time():
 
 
 def test_op_table_gpu_columns_exact():
-    from test_analysis import gpu_trace
+    from helpers import sibling
+    gpu_trace = sibling("analysis", "test_analysis").gpu_trace
     ops = A.ops(gpu_trace())
     got = {r[0]: (r[1], r[7], r[8]) for r in rows(ops)}
     # aten::addmm launched gemm (100) in step 1, and the memcpy (20) and gemm (60) in fc2;
@@ -441,7 +442,8 @@ for _ in range(5):
 
 
 def test_cli_run_model_and_summary_sort(tmp_path, capsys):
-    from test_cli import xsp_cmd
+    from helpers import sibling
+    xsp_cmd = sibling("cli", "test_cli").xsp_cmd
     from xsp import cli
     (tmp_path / "s.py").write_text(SCRIPT)
     r = xsp_cmd("run", "-q", "--model", "Net", "-o", "a.xsp", "s.py", cwd=tmp_path)
@@ -557,7 +559,8 @@ def test_model_calls_on_another_thread_count_for_the_step_they_ran_in():
 
 
 def test_cli_errors_and_warnings_are_one_line(tmp_path, capsys):
-    from test_cli import xsp_cmd
+    from helpers import sibling
+    xsp_cmd = sibling("cli", "test_cli").xsp_cmd
     from xsp import cli
     (tmp_path / "s.py").write_text(SCRIPT)
     if not torch.cuda.is_available():
@@ -598,7 +601,7 @@ def test_a_torch_trace_without_modules_says_so_once(tmp_path):
             m(x).sum().backward()
     path = str(tmp_path / "t.json")
     p.export_chrome_trace(path)
-    text = xsp.report.text(xsp.load_kineto(path))
+    text = xsp.report.text(xsp.load(path, format="kineto"))
     assert text.count("this torch.profiler trace has no module calls (torch.profiler records "
                       "them only with with_stack=True)") == 1
     assert text.count("no layer calls: the torch.profiler trace has no module information") == 2
@@ -607,4 +610,4 @@ def test_a_torch_trace_without_modules_says_so_once(tmp_path):
     with tp.profile(activities=[tp.ProfilerActivity.CPU], with_stack=True) as p:
         m(x).sum().backward()
     p.export_chrome_trace(path)
-    assert "no module calls" not in xsp.report.text(xsp.load_kineto(path))
+    assert "no module calls" not in xsp.report.text(xsp.load(path, format="kineto"))
