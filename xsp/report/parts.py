@@ -160,6 +160,248 @@ def _window_depths(parents, thread, win):
     return depth
 
 
+class _Window:
+    """The spans of a trace in the window [t0, t1) of a timeline, as drawn: ids (win), clipped
+    starts and ends (s, e), widths in px, tracks (th) and nesting depths on their track."""
+
+    def __init__(self, trace, t0, t1, plot_w):
+        self.t0, self.t1 = t0, t1
+        self.scale = plot_w / float(t1 - t0)            # px per ns
+        start, end = trace.start_ns, trace.end_ns
+        self.win = np.flatnonzero(((start < t1) & (end > t0)) |
+                                  ((start == end) & (start >= t0) & (start < t1)))
+        self.s = np.clip(start[self.win], t0, t1)
+        self.e = np.clip(end[self.win], t0, t1)
+        self.px = (self.e - self.s) * self.scale
+        thread = trace.thread_index
+        self.th = thread[self.win].astype(np.int64)
+        self.depth = _window_depths(trace.parent_ids, thread, self.win) if len(self.win) \
+            else np.zeros(0, dtype=np.int64)
+        self.deep = self.depth >= _MAX_ROWS
+
+
+def _check_timeline(t0, t1, width, max_spans):
+    if t1 <= t0:
+        raise ValueError("timeline window is empty: end_ns (%d) must be after start_ns (%d)"
+                         % (t1, t0))
+    if width < 400:
+        raise ValueError("timeline width must be at least 400 px, not %r" % (width,))
+    if max_spans < 1:
+        raise ValueError("max_spans must be at least 1, not %r" % (max_spans,))
+
+
+def _sub_pixel_runs(w, small):
+    """The boxes of the sub-pixel spans small (a mask over the window): [(px width, "box",
+    window positions)], one per run on one row whose gaps are under a pixel and that is at
+    least a pixel wide.  Vectorised: sort by (row, start); a run breaks at a new row or where
+    a span starts more than a pixel after every earlier span of its run has ended (a running
+    maximum of the ends, kept per row by giving each row its own offset)."""
+    s, e, t0 = w.s, w.e, w.t0
+    gap = 1.0 / w.scale
+    sj = np.flatnonzero(small)
+    row = w.th[sj] * _MAX_ROWS + w.depth[sj]
+    o = np.lexsort((s[sj], row))
+    sj, row = sj[o], row[o]
+    rank = np.concatenate(([0], np.cumsum(row[1:] != row[:-1])))
+    off = rank.astype(np.float64) * (float(w.t1 - t0) + 2 * gap + 2)
+    cm = np.maximum.accumulate((e[sj] - t0) + off)
+    brk = np.ones(len(sj), dtype=bool)
+    brk[1:] = (rank[1:] != rank[:-1]) | ((s[sj][1:] - t0) + off[1:] > cm[:-1] + gap)
+    first = np.flatnonzero(brk)
+    last = np.append(first[1:], len(sj))
+    wide = (np.maximum.reduceat(e[sj], first) - s[sj][first]) * w.scale
+    sel = wide >= 1.0                     # (a run of one span is under 1 px)
+    return [(wd, "box", sj[a:b])
+            for a, b, wd in zip(first[sel].tolist(), last[sel].tolist(), wide[sel].tolist())]
+
+
+def _cap_items(w, items, max_spans, notes):
+    """items cut to the max_spans widest (in their order), the rest counted in notes."""
+    if len(items) <= max_spans:
+        return items
+    s, e = w.s, w.e
+    order = sorted(range(len(items)), key=lambda k: (-items[k][0], k))
+    keep = sorted(order[:max_spans])
+    dropped = [items[k] for k in order[max_spans:]]
+    n_drop = sum(1 if kind == "span" else len(p) for _, kind, p in dropped)
+    t_drop = sum(int(e[p] - s[p]) if kind == "span" else int((e[p] - s[p]).sum())
+                 for _, kind, p in dropped)
+    notes.append("%s not drawn past max_spans %d: the narrowest, %s in all"
+                 % (_n(n_drop), max_spans, fmt_ns(t_drop)))
+    return [items[k] for k in keep]
+
+
+def _timeline_items(w, max_spans):
+    """(items, notes): what to draw, [(px width, "span", window position) or (px width, "box",
+    window positions of a run of sub-pixel spans)], and the notes on what is not drawn."""
+    notes = []
+    if w.deep.any():
+        notes.append("%s nested deeper than %d rows not drawn" % (_n(int(w.deep.sum())),
+                                                                  _MAX_ROWS))
+    small = (w.px < 1.0) & ~w.deep
+    big = ~small & ~w.deep
+    items = [(float(w.px[j]), "span", int(j)) for j in np.flatnonzero(big)]
+    n_small = int(small.sum())
+    if n_small:
+        boxes = _sub_pixel_runs(w, small)
+        items += boxes
+        msg = "%s under 1 px not drawn" % _n(n_small)
+        if boxes:
+            msg += " (%d of them shown merged, as %d grey box%s)" % (
+                sum(len(p) for _, _, p in boxes), len(boxes), "" if len(boxes) == 1 else "es")
+        notes.append(msg)
+    return _cap_items(w, items, max_spans, notes), notes
+
+
+def _track_layout(trace, w, axis_h):
+    """(tracks, rows per track, y of each track, bottom of the plot): the tracks with
+    something in the window, CPU threads first, then GPU streams."""
+    th, deep = w.th, w.deep
+    tracks = sorted({int(t) for t in th[~deep]}, key=lambda t: (trace.threads[t][2], t))
+    rows = {}
+    for t in tracks:
+        on = (th == t) & ~deep
+        rows[t] = int(w.depth[on].max()) + 1 if on.any() else 1
+    y = axis_h
+    track_y = {}
+    for t in tracks:
+        track_y[t] = y
+        y += rows[t] * _ROW_H + 8
+    return tracks, rows, track_y, y
+
+
+def _span_svg(trace, w, p, y, types, places):
+    """The rectangle (with its tooltip) and the label of the span at window position p."""
+    t0, t1 = w.t0, w.t1
+    start, end = trace.start_ns, trace.end_ns
+    i = int(w.win[p])
+    name, lab = _label(trace, i, types)
+    k = KINDS[trace.kind_codes[i]]
+    x = _LABEL_W + (w.s[p] - t0) * w.scale
+    wd = max(w.px[p], 1.0)
+    tip = "%s [%s]\n%s, self %s\n" % (name, lab, fmt_ns(end[i] - start[i]),
+                                      fmt_ns(trace.self_ns[i]))
+    if start[i] < t0:
+        tip += "starts %s before the window" % fmt_ns(t0 - start[i])
+    else:
+        tip += "starts at +%s" % fmt_ns(start[i] - t0)
+    if end[i] > t1:
+        tip += ", ends %s after it" % fmt_ns(end[i] - t1)
+    where = _place_tip(places, [i])
+    if where:
+        tip += "\n" + where
+    out = ['<rect class="xsp-s xsp-k-%s" x="%.1f" y="%d" width="%.1f" '
+           'height="%d"><title>%s</title></rect>' % (k, x, y, wd, _ROW_H - 2, _esc(tip))]
+    text = _fit(name, wd)
+    if text:
+        # in its own viewport, which clips what the estimate of its width missed
+        out.append('<svg x="%.1f" y="%d" width="%.1f" height="%d"><text x="2" y="11">'
+                   '%s</text></svg>' % (x, y, wd, _ROW_H - 2, _esc(text)))
+    return k, out
+
+
+def _box_svg(trace, w, run, y):
+    """The grey box of a run of sub-pixel spans (window positions run), its tooltip naming
+    how many there are and the three commonest names."""
+    s, e = w.s, w.e
+    x0, x1 = s[run[0]], e[run].max()
+    x = _LABEL_W + (x0 - w.t0) * w.scale
+    codes, counts = np.unique(trace.name_codes[w.win[run]], return_counts=True)
+    top = np.argsort(-counts, kind="stable")[:3]
+    names = ", ".join("%s x%d" % (trace.strings[codes[j]], counts[j]) for j in top)
+    if len(codes) > 3:
+        names += ", …"
+    tip = "%d spans under 1 px each, merged: %s in all over %s\n%s" % (
+        len(run), fmt_ns(int((e[run] - s[run]).sum())), fmt_ns(x1 - x0), names)
+    return ('<rect class="xsp-s xsp-merged" x="%.1f" y="%d" width="%.1f" '
+            'height="%d"><title>%s</title></rect>'
+            % (x, y, max((x1 - x0) * w.scale, 1.0), _ROW_H - 2, _esc(tip)))
+
+
+def _draw_items(trace, w, items, track_y):
+    """(SVG lines of the spans and boxes, the kinds drawn: "merged" for a box)."""
+    types = _type_of(trace)
+    places = _places_of(trace)
+    out = []
+    kinds_drawn = set()
+    for _, kind, p in items:
+        q = p if kind == "span" else p[0]
+        y = track_y[int(w.th[q])] + int(w.depth[q]) * _ROW_H
+        if kind == "span":
+            k, lines = _span_svg(trace, w, p, y, types, places)
+            kinds_drawn.add(k)
+            out += lines
+        else:
+            kinds_drawn.add("merged")
+            out.append(_box_svg(trace, w, p, y))
+    return out, kinds_drawn
+
+
+def _frame_svg(trace, w, layout, width, axis_h):
+    """The track bands and labels, the time axis's ticks and grid lines, the window's length."""
+    tracks, rows, track_y, plot_bottom = layout
+    t0, t1 = w.t0, w.t1
+    head = []
+    for n_t, t in enumerate(tracks):
+        ty = track_y[t]
+        h = rows[t] * _ROW_H
+        head.append('<rect class="xsp-band%s" x="0" y="%d" width="%d" height="%d"/>'
+                    % (" xsp-alt" if n_t % 2 else "", ty - 3, width, h + 6))
+        lab = _track_label(trace.threads[t])
+        head.append('<text class="xsp-track" x="4" y="%d"><title>%s</title>%s</text>'
+                    % (ty + 11, _esc(lab), _esc(_fit(lab, _LABEL_W - 8, 6.6))))
+    step = _nice_step(t1 - t0)
+    k = 0
+    while k * step <= (t1 - t0) + 1e-6:
+        x = _LABEL_W + k * step * w.scale
+        head.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
+                    % (x, axis_h - 6, x, plot_bottom))
+        anchor = "start" if k == 0 else "end" if x > width - 30 else "middle"
+        head.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="%s">%s</text>'
+                    % (x, axis_h - 10, anchor, _esc(_tick_label(k * step, step))))
+        k += 1
+    head.append('<text class="xsp-tick" x="4" y="%d">window %s</text>'
+                % (axis_h - 10, _esc(fmt_ns(t1 - t0))))
+    return head
+
+
+def _legend_svg(kinds_drawn, notes, plot_bottom, width):
+    """(SVG lines of the legend, a key per kind drawn, and the notes under it; the height of
+    the whole picture)."""
+    legend = []
+    lx, ly = _LABEL_W, plot_bottom + 8
+    for name in [k for k in KINDS if k in kinds_drawn] + \
+            (["merged"] if "merged" in kinds_drawn else []):
+        text = "spans under 1 px, merged" if name == "merged" else name
+        wlab = 22 + int(len(text) * 6.6)
+        if lx + wlab > width:
+            lx, ly = _LABEL_W, ly + 18
+        legend.append('<rect class="xsp-key %s" x="%d" y="%d" width="12" height="12"/>'
+                      '<text x="%d" y="%d">%s</text>'
+                      % ("xsp-merged" if name == "merged" else "xsp-k-" + name, lx, ly,
+                         lx + 16, ly + 10, _esc(text)))
+        lx += wlab
+    ny = ly + (30 if legend else 14)
+    for note in notes:
+        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>'
+                      % (_LABEL_W, ny, _esc(note)))
+        ny += 16
+    return legend, ny + 4
+
+
+_TIMELINE_STYLE = (
+    "<style>.xsp-tl text{font:11px system-ui,sans-serif;fill:#222;"
+    "pointer-events:none}.xsp-tl .xsp-track,.xsp-tl .xsp-note{pointer-events:auto}"
+    ".xsp-tl .xsp-tick{fill:#555;font-size:10px}.xsp-tl .xsp-note{fill:#8a4b00}"
+    ".xsp-tl .xsp-band{fill:#fafafa}.xsp-tl .xsp-alt{fill:#f0f3f7}"
+    ".xsp-tl .xsp-grid{stroke:#ddd;stroke-width:1}"
+    ".xsp-tl .xsp-s{stroke:#fff;stroke-width:0.5}"
+    ".xsp-tl .xsp-s:hover{stroke:#000;stroke-width:1}"
+    + "".join(".xsp-tl .xsp-k-%s{fill:%s}" % (k, KIND_COLORS[k]) for k in KINDS)
+    + ".xsp-tl .xsp-merged{fill:%s}</style>" % KIND_COLORS["merged"])
+_AXIS_H = 30        # px above the first track: the time axis
+
+
 def timeline_svg(trace, start_ns, end_ns, *, width=1100, max_spans=4000):
     """A self-contained inline SVG (a str) of the spans of trace in [start_ns, end_ns): one lane
     group per track (trace.threads: CPU threads, GPU streams), spans as rectangles stacked by
@@ -174,203 +416,20 @@ def timeline_svg(trace, start_ns, end_ns, *, width=1100, max_spans=4000):
     legend.  Raises ValueError for an empty window (end_ns <= start_ns), width under 400 or
     max_spans under 1."""
     t0, t1 = int(start_ns), int(end_ns)
-    if t1 <= t0:
-        raise ValueError("timeline window is empty: end_ns (%d) must be after start_ns (%d)"
-                         % (t1, t0))
-    if width < 400:
-        raise ValueError("timeline width must be at least 400 px, not %r" % (width,))
-    if max_spans < 1:
-        raise ValueError("max_spans must be at least 1, not %r" % (max_spans,))
-    plot_x = _LABEL_W
-    plot_w = width - _LABEL_W - 12
-    scale = plot_w / float(t1 - t0)             # px per ns
-    start, end = trace.start_ns, trace.end_ns
-    win = np.flatnonzero(((start < t1) & (end > t0)) |
-                         ((start == end) & (start >= t0) & (start < t1)))
-    s = np.clip(start[win], t0, t1)
-    e = np.clip(end[win], t0, t1)
-    px = (e - s) * scale
-    thread = trace.thread_index
-    th = thread[win].astype(np.int64)
-    depth = _window_depths(trace.parent_ids, thread, win) if len(win) else \
-        np.zeros(0, dtype=np.int64)
-    notes = []
-
-    deep = depth >= _MAX_ROWS
-    if deep.any():
-        notes.append("%s nested deeper than %d rows not drawn" % (_n(int(deep.sum())),
-                                                                  _MAX_ROWS))
-    small = (px < 1.0) & ~deep
-    big = ~small & ~deep
-
-    # items to draw: (px width, kind "span" or "box", payload); a box is a run of sub-pixel
-    # spans on one row whose gaps are under a pixel
-    items = [(float(px[j]), "span", int(j)) for j in np.flatnonzero(big)]
-    n_small = int(small.sum())
-    n_boxed = 0
-    if n_small:
-        # runs, vectorised: sort by (row, start); a run breaks at a new row or where a span
-        # starts more than a pixel after every earlier span of its run has ended (a running
-        # maximum of the ends, kept per row by giving each row its own offset)
-        gap = 1.0 / scale
-        sj = np.flatnonzero(small)
-        row = th[sj] * _MAX_ROWS + depth[sj]
-        o = np.lexsort((s[sj], row))
-        sj, row = sj[o], row[o]
-        rank = np.concatenate(([0], np.cumsum(row[1:] != row[:-1])))
-        off = rank.astype(np.float64) * (float(t1 - t0) + 2 * gap + 2)
-        cm = np.maximum.accumulate((e[sj] - t0) + off)
-        brk = np.ones(len(sj), dtype=bool)
-        brk[1:] = (rank[1:] != rank[:-1]) | ((s[sj][1:] - t0) + off[1:] > cm[:-1] + gap)
-        first = np.flatnonzero(brk)
-        last = np.append(first[1:], len(sj))
-        wide = (np.maximum.reduceat(e[sj], first) - s[sj][first]) * scale
-        sel = wide >= 1.0                     # (a run of one span is under 1 px)
-        for a, b, w in zip(first[sel].tolist(), last[sel].tolist(), wide[sel].tolist()):
-            items.append((w, "box", sj[a:b]))
-            n_boxed += b - a
-        msg = "%s under 1 px not drawn" % _n(n_small)
-        n_boxes = sum(1 for it in items if it[1] == "box")
-        if n_boxes:
-            msg += " (%d of them shown merged, as %d grey box%s)" % (
-                n_boxed, n_boxes, "" if n_boxes == 1 else "es")
-        notes.append(msg)
-    if len(items) > max_spans:
-        order = sorted(range(len(items)), key=lambda k: (-items[k][0], k))
-        keep = sorted(order[:max_spans])
-        dropped = [items[k] for k in order[max_spans:]]
-        items = [items[k] for k in keep]
-        n_drop = sum(1 if kind == "span" else len(p) for _, kind, p in dropped)
-        t_drop = sum(int(e[p] - s[p]) if kind == "span" else int((e[p] - s[p]).sum())
-                     for _, kind, p in dropped)
-        notes.append("%s not drawn past max_spans %d: the narrowest, %s in all"
-                     % (_n(n_drop), max_spans, fmt_ns(t_drop)))
-
-    # layout: the tracks with something in the window, CPU threads first, then GPU streams
-    tracks = sorted({int(t) for t in th[~deep]},
-                    key=lambda t: (trace.threads[t][2], t))
-    rows = {}
-    for t in tracks:
-        on = (th == t) & ~deep
-        rows[t] = int(depth[on].max()) + 1 if on.any() else 1
-    axis_h = 30
-    y = axis_h
-    track_y = {}
-    for t in tracks:
-        track_y[t] = y
-        y += rows[t] * _ROW_H + 8
-    plot_bottom = y
-
-    types = _type_of(trace)
-    places = _places_of(trace)
-    selft = trace.self_ns
-    out = []
-    kinds_drawn = set()
-    for _, kind, p in items:
-        if kind == "span":
-            i = int(win[p])
-            name, lab = _label(trace, i, types)
-            k = KINDS[trace.kind_codes[i]]
-            kinds_drawn.add(k)
-            x = plot_x + (s[p] - t0) * scale
-            w = max(px[p], 1.0)
-            yy = track_y[int(th[p])] + int(depth[p]) * _ROW_H
-            tip = "%s [%s]\n%s, self %s\n" % (name, lab, fmt_ns(end[i] - start[i]),
-                                              fmt_ns(selft[i]))
-            if start[i] < t0:
-                tip += "starts %s before the window" % fmt_ns(t0 - start[i])
-            else:
-                tip += "starts at +%s" % fmt_ns(start[i] - t0)
-            if end[i] > t1:
-                tip += ", ends %s after it" % fmt_ns(end[i] - t1)
-            where = _place_tip(places, [i])
-            if where:
-                tip += "\n" + where
-            out.append('<rect class="xsp-s xsp-k-%s" x="%.1f" y="%d" width="%.1f" '
-                       'height="%d"><title>%s</title></rect>'
-                       % (k, x, yy, w, _ROW_H - 2, _esc(tip)))
-            text = _fit(name, w)
-            if text:
-                # in its own viewport, which clips what the estimate of its width missed
-                out.append('<svg x="%.1f" y="%d" width="%.1f" height="%d"><text x="2" y="11">'
-                           '%s</text></svg>' % (x, yy, w, _ROW_H - 2, _esc(text)))
-        else:
-            run = p
-            kinds_drawn.add("merged")
-            x0, x1 = s[run[0]], e[run].max()
-            x = plot_x + (x0 - t0) * scale
-            yy = track_y[int(th[run[0]])] + int(depth[run[0]]) * _ROW_H
-            ids = win[run]
-            codes, counts = np.unique(trace.name_codes[ids], return_counts=True)
-            top = np.argsort(-counts, kind="stable")[:3]
-            names = ", ".join("%s x%d" % (trace.strings[codes[j]], counts[j]) for j in top)
-            if len(codes) > 3:
-                names += ", …"
-            tip = "%d spans under 1 px each, merged: %s in all over %s\n%s" % (
-                len(run), fmt_ns(int((e[run] - s[run]).sum())), fmt_ns(x1 - x0), names)
-            out.append('<rect class="xsp-s xsp-merged" x="%.1f" y="%d" width="%.1f" '
-                       'height="%d"><title>%s</title></rect>'
-                       % (x, yy, max((x1 - x0) * scale, 1.0), _ROW_H - 2, _esc(tip)))
-
-    # the frame: track bands and labels, ticks, legend, notes
-    head = []
-    for n_t, t in enumerate(tracks):
-        ty = track_y[t]
-        h = rows[t] * _ROW_H
-        head.append('<rect class="xsp-band%s" x="0" y="%d" width="%d" height="%d"/>'
-                    % (" xsp-alt" if n_t % 2 else "", ty - 3, width, h + 6))
-        lab = _track_label(trace.threads[t])
-        head.append('<text class="xsp-track" x="4" y="%d"><title>%s</title>%s</text>'
-                    % (ty + 11, _esc(lab), _esc(_fit(lab, _LABEL_W - 8, 6.6))))
-    step = _nice_step(t1 - t0)
-    k = 0
-    while k * step <= (t1 - t0) + 1e-6:
-        x = plot_x + k * step * scale
-        head.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
-                    % (x, axis_h - 6, x, plot_bottom))
-        anchor = "start" if k == 0 else "end" if x > width - 30 else "middle"
-        head.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="%s">%s</text>'
-                    % (x, axis_h - 10, anchor, _esc(_tick_label(k * step, step))))
-        k += 1
-    head.append('<text class="xsp-tick" x="4" y="%d">window %s</text>'
-                % (axis_h - 10, _esc(fmt_ns(t1 - t0))))
-
-    legend = []
-    lx, ly = plot_x, plot_bottom + 8
-    for name in [k for k in KINDS if k in kinds_drawn] + \
-            (["merged"] if "merged" in kinds_drawn else []):
-        text = "spans under 1 px, merged" if name == "merged" else name
-        wlab = 22 + int(len(text) * 6.6)
-        if lx + wlab > width:
-            lx, ly = plot_x, ly + 18
-        legend.append('<rect class="xsp-key %s" x="%d" y="%d" width="12" height="12"/>'
-                      '<text x="%d" y="%d">%s</text>'
-                      % ("xsp-merged" if name == "merged" else "xsp-k-" + name, lx, ly,
-                         lx + 16, ly + 10, _esc(text)))
-        lx += wlab
-    ny = ly + (30 if legend else 14)
-    if not len(win):
+    _check_timeline(t0, t1, width, max_spans)
+    w = _Window(trace, t0, t1, width - _LABEL_W - 12)
+    items, notes = _timeline_items(w, max_spans)
+    layout = _track_layout(trace, w, _AXIS_H)
+    spans, kinds_drawn = _draw_items(trace, w, items, layout[2])
+    head = _frame_svg(trace, w, layout, width, _AXIS_H)
+    if not len(w.win):
         notes.insert(0, "no spans in this window")
-    for note in notes:
-        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>'
-                      % (plot_x, ny, _esc(note)))
-        ny += 16
-    height = ny + 4
-
-    style = ("<style>.xsp-tl text{font:11px system-ui,sans-serif;fill:#222;"
-             "pointer-events:none}.xsp-tl .xsp-track,.xsp-tl .xsp-note{pointer-events:auto}"
-             ".xsp-tl .xsp-tick{fill:#555;font-size:10px}.xsp-tl .xsp-note{fill:#8a4b00}"
-             ".xsp-tl .xsp-band{fill:#fafafa}.xsp-tl .xsp-alt{fill:#f0f3f7}"
-             ".xsp-tl .xsp-grid{stroke:#ddd;stroke-width:1}"
-             ".xsp-tl .xsp-s{stroke:#fff;stroke-width:0.5}"
-             ".xsp-tl .xsp-s:hover{stroke:#000;stroke-width:1}"
-             + "".join(".xsp-tl .xsp-k-%s{fill:%s}" % (k, KIND_COLORS[k]) for k in KINDS)
-             + ".xsp-tl .xsp-merged{fill:%s}</style>" % KIND_COLORS["merged"])
-    summary = "xsp timeline: %s, %d spans in the window" % (fmt_ns(t1 - t0), len(win))
+    legend, height = _legend_svg(kinds_drawn, notes, layout[3], width)
+    summary = "xsp timeline: %s, %d spans in the window" % (fmt_ns(t1 - t0), len(w.win))
     return ('<svg xmlns="http://www.w3.org/2000/svg" class="xsp-tl" width="%d" height="%d" '
             'viewBox="0 0 %d %d" role="img" aria-label="%s">%s\n%s\n%s\n%s\n</svg>'
-            % (width, height, width, height, _esc(summary), style, "\n".join(head),
-               "\n".join(out), "\n".join(legend)))
+            % (width, height, width, height, _esc(summary), _TIMELINE_STYLE, "\n".join(head),
+               "\n".join(spans), "\n".join(legend)))
 
 
 # -- tree ---------------------------------------------------------------------------------
@@ -444,6 +503,148 @@ def _groups(c, key, merge):
     return c, starts, counts
 
 
+def _tree_reference(trace, root):
+    """(top span ids, reference duration for the shares, its name) of a tree: the root's
+    duration, or with root None every root of the trace and the trace's extent."""
+    n = len(trace)
+    if root is None:
+        tops = np.flatnonzero(trace.parent_ids < 0)
+        # the file's uint64 times (the int64 columns wrap past 2**63), in Python ints
+        ref = int(trace.end_ns.view(np.uint64).max()) - int(
+            trace.start_ns.view(np.uint64).min()) if n else 0
+        return tops, ref, "the trace"
+    r = int(getattr(root, "id", root))
+    if not 0 <= r < n:
+        raise IndexError("root span id %d out of range (trace has %d spans)" % (r, n))
+    return np.array([r], dtype=np.int64), int(trace.duration_ns[r]), "the root"
+
+
+class _TreeWriter:
+    """One tree_html call: the trace's columns it reads, the options, and the counts of the
+    lines written (shown) and of the spans on a line or counted in a note (accounted)."""
+
+    def __init__(self, trace, ref, ref_name, *, max_depth, min_share, fold, max_nodes,
+                 open_depth):
+        self.trace, self.ref, self.ref_name = trace, ref, ref_name
+        self.max_depth, self.min_share, self.fold = max_depth, min_share, fold
+        self.max_nodes, self.open_depth = max_nodes, open_depth
+        self.thr = min_share * ref
+        self.dur = trace.duration_ns
+        self.selft = trace.self_ns
+        self.flags = trace.flag_bits
+        self.key = trace.name_codes.astype(np.int64) * len(KINDS) + trace.kind_codes
+        self.offs, self.order = _child_index(trace.parent_ids)
+        self.size = _subtree_sizes(trace.parent_ids, trace.depth.astype(np.int64))
+        self.types = _type_of(trace)
+        self.places = _places_of(trace)
+        self.shown = 0
+        self.accounted = 0
+
+    def line_html(self, members, below):
+        """(style attribute, inner HTML) of the line of spans members."""
+        i = int(members[0])
+        name, lab = _label(self.trace, i, self.types)
+        cnt = len(members)
+        incl = int(self.dur[members].sum())
+        own = int(self.selft[members].sum())
+        share = incl / self.ref if self.ref else None
+        where = _place_tip(self.places, members)
+        tip = ' title="%s"' % _esc(where) if where else ""
+        txt = ['<span class="xsp-n"%s>%s%s</span>' % (tip, "x%d " % cnt if cnt > 1 else "",
+                                                      _esc(name)),
+               ' <span class="xsp-k">[%s]</span>' % _esc(lab),
+               ' <span class="xsp-t">%s</span>' % fmt_ns(incl),
+               '<span class="xsp-sf">, self %s</span>' % fmt_ns(own),
+               '<span class="xsp-p">, %s</span>' % fmt_share(share)]
+        if cnt > 1:
+            txt.append('<span class="xsp-sf">, mean %s</span>' % fmt_ns(incl // cnt))
+        fl = int(np.bitwise_or.reduce(self.flags[members]))
+        if fl:
+            txt.append(' <span class="xsp-f">{%s}</span>' % ",".join(
+                f for b, f in ((1, "open at stop"), (2, "forced end")) if fl & b))
+        if below:
+            txt.append(' <span class="xsp-more">… %s below (max_depth %d)</span>'
+                       % (_n(below), self.max_depth))
+        bar = min(max(share or 0.0, 0.0), 1.0) * 100
+        style = (' style="background:linear-gradient(90deg,#e4edf8 %.1f%%,transparent 0)"'
+                 % bar) if bar >= 0.1 else ""
+        return style, "".join(txt)
+
+    def hidden_note(self, cnt, t):
+        return ('<div class="xsp-more">… %d more, %s (each line under %s of %s)</div>'
+                % (cnt, fmt_ns(t), fmt_share(self.min_share), self.ref_name))
+
+    def visible(self, c, merge):
+        """Split siblings c into lines; returns (list of member arrays shown, hidden note or
+        None), accounting the hidden spans (with their subtrees)."""
+        if not len(c):
+            return [], None
+        if not self.fold:
+            starts = np.arange(len(c))
+            counts = np.ones(len(c), dtype=np.int64)
+        else:
+            c, starts, counts = _groups(c, self.key, merge)
+        totals = np.add.reduceat(self.dur[c], starts)
+        keep = totals >= self.thr
+        note = None
+        if not keep.all():
+            hid = np.repeat(~keep, counts)
+            self.accounted += int(self.size[c[hid]].sum())
+            note = self.hidden_note(int(counts[~keep].sum()), int(totals[~keep].sum()))
+        lines = [c[a:a + b] for a, b in zip(starts[keep].tolist(), counts[keep].tolist())]
+        return lines, note
+
+    def node(self, members, d, out, todo):
+        """Writes the line of spans members at depth d to out: a leaf, or a <details> whose
+        children (and the closing tags) are pushed on todo."""
+        self.shown += 1
+        self.accounted += len(members)
+        if self.max_depth is not None and d >= self.max_depth:
+            below = int(self.size[members].sum()) - len(members)
+            self.accounted += below
+            style, txt = self.line_html(members, below)
+            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
+            return
+        offs, order = self.offs, self.order
+        kids = order[offs[members[0]]:offs[members[0] + 1]] if len(members) == 1 else \
+            _gather(offs, order, members)
+        lines, note = self.visible(kids, len(members) > 1)
+        style, txt = self.line_html(members, 0)
+        if not lines and not note:
+            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
+            return
+        out.append('<details%s><summary%s>%s</summary><div class="xsp-ch">'
+                   % (" open" if d < self.open_depth else "", style, txt))
+        todo.append(("html", "</div></details>"))
+        if note:
+            todo.append(("html", note))
+        todo.extend(("node", m, d + 1) for m in reversed(lines))
+
+    def write(self, tops, whole):
+        """The lines of the tree from tops (whole: the trace's roots, grouped as siblings),
+        depth first with an explicit stack (nesting reaches 1024 levels, past Python's
+        recursion limit): entries are ("node", members, depth) or ("html", text).  Returns
+        (lines, whether max_nodes stopped it)."""
+        out = []
+        todo = []
+        top_lines, top_note = self.visible(tops, False) if whole else ([tops], None)
+        if top_note:
+            todo.append(("html", top_note))
+        todo.extend(("node", m, 0) for m in reversed(top_lines))
+        stopped = False
+        while todo:
+            kind, a, *rest = todo.pop()
+            if kind == "html":
+                out.append(a)
+            elif stopped:
+                continue
+            elif self.shown >= self.max_nodes:
+                stopped = True
+            else:
+                self.node(a, rest[0], out, todo)
+        return out, stopped
+
+
 def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, max_nodes=2000,
               open_depth=2):
     """The span tree as nested <details>/<summary> (collapsible without JavaScript), a str: a
@@ -461,136 +662,20 @@ def tree_html(trace, root=None, *, max_depth=None, min_share=0.005, fold=True, m
     below open_depth are open, deeper ones closed.  Linear in the number of spans: children are
     indexed once (argsort of the parent ids) and each span is grouped once.  Raises IndexError
     for a root out of range, ValueError for max_nodes under 1 or a negative min_share."""
-    n = len(trace)
     if max_nodes < 1:
         raise ValueError("max_nodes must be at least 1, not %r" % (max_nodes,))
     if not min_share >= 0:
         raise ValueError("min_share must be a fraction >= 0, not %r" % (min_share,))
-    parents = trace.parent_ids
-    dur = trace.duration_ns
-    selft = trace.self_ns
-    key = trace.name_codes.astype(np.int64) * len(KINDS) + trace.kind_codes
-    flags = trace.flag_bits
-    if root is None:
-        tops = np.flatnonzero(parents < 0)
-        # the file's uint64 times (the int64 columns wrap past 2**63), in Python ints
-        ref = int(trace.end_ns.view(np.uint64).max()) - int(
-            trace.start_ns.view(np.uint64).min()) if n else 0
-        ref_name = "the trace"
-    else:
-        r = int(getattr(root, "id", root))
-        if not 0 <= r < n:
-            raise IndexError("root span id %d out of range (trace has %d spans)" % (r, n))
-        tops = np.array([r], dtype=np.int64)
-        ref = int(dur[r])
-        ref_name = "the root"
-    thr = min_share * ref
-    offs, order = _child_index(parents)
-    size = _subtree_sizes(parents, trace.depth.astype(np.int64))
-    types = _type_of(trace)
-    places = _places_of(trace)
-    total = int(size[tops].sum())
-    shown = [0]             # lines written
-    accounted = [0]         # spans on a line or counted in a note
-    out = ['<div class="xsp-tree"><style>%s</style>' % _TREE_CSS]
-
-    def line_html(members, below):
-        i = int(members[0])
-        name, lab = _label(trace, i, types)
-        cnt = len(members)
-        incl = int(dur[members].sum())
-        own = int(selft[members].sum())
-        share = incl / ref if ref else None
-        where = _place_tip(places, members)
-        tip = ' title="%s"' % _esc(where) if where else ""
-        txt = ['<span class="xsp-n"%s>%s%s</span>' % (tip, "x%d " % cnt if cnt > 1 else "",
-                                                      _esc(name)),
-               ' <span class="xsp-k">[%s]</span>' % _esc(lab),
-               ' <span class="xsp-t">%s</span>' % fmt_ns(incl),
-               '<span class="xsp-sf">, self %s</span>' % fmt_ns(own),
-               '<span class="xsp-p">, %s</span>' % fmt_share(share)]
-        if cnt > 1:
-            txt.append('<span class="xsp-sf">, mean %s</span>' % fmt_ns(incl // cnt))
-        fl = int(np.bitwise_or.reduce(flags[members]))
-        if fl:
-            txt.append(' <span class="xsp-f">{%s}</span>' % ",".join(
-                f for b, f in ((1, "open at stop"), (2, "forced end")) if fl & b))
-        if below:
-            txt.append(' <span class="xsp-more">… %s below (max_depth %d)</span>'
-                       % (_n(below), max_depth))
-        bar = min(max(share or 0.0, 0.0), 1.0) * 100
-        style = (' style="background:linear-gradient(90deg,#e4edf8 %.1f%%,transparent 0)"'
-                 % bar) if bar >= 0.1 else ""
-        return style, "".join(txt)
-
-    def hidden_note(cnt, t):
-        return ('<div class="xsp-more">… %d more, %s (each line under %s of %s)</div>'
-                % (cnt, fmt_ns(t), fmt_share(min_share), ref_name))
-
-    def visible(c, merge):
-        """Split siblings c into lines; returns (list of member arrays shown, hidden note or
-        None), accounting the hidden spans (with their subtrees)."""
-        if not len(c):
-            return [], None
-        if not fold:
-            starts = np.arange(len(c))
-            counts = np.ones(len(c), dtype=np.int64)
-        else:
-            c, starts, counts = _groups(c, key, merge)
-        totals = np.add.reduceat(dur[c], starts)
-        keep = totals >= thr
-        note = None
-        if not keep.all():
-            hid = np.repeat(~keep, counts)
-            accounted[0] += int(size[c[hid]].sum())
-            note = hidden_note(int(counts[~keep].sum()), int(totals[~keep].sum()))
-        lines = [c[a:a + b] for a, b in zip(starts[keep].tolist(), counts[keep].tolist())]
-        return lines, note
-
-    # explicit stack (nesting reaches 1024 levels, past Python's recursion limit): entries are
-    # ("node", members, depth) or ("html", text)
-    todo = []
-    top_lines, top_note = visible(tops, False) if root is None else ([tops], None)
-    if top_note:
-        todo.append(("html", top_note))
-    todo.extend(("node", m, 0) for m in reversed(top_lines))
-    stopped = False
-    while todo:
-        kind, a, *rest = todo.pop()
-        if kind == "html":
-            out.append(a)
-            continue
-        if stopped:
-            continue
-        members, d = a, rest[0]
-        if shown[0] >= max_nodes:
-            stopped = True
-            continue
-        shown[0] += 1
-        accounted[0] += len(members)
-        if max_depth is not None and d >= max_depth:
-            below = int(size[members].sum()) - len(members)
-            accounted[0] += below
-            style, txt = line_html(members, below)
-            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
-            continue
-        kids = order[offs[members[0]]:offs[members[0] + 1]] if len(members) == 1 else \
-            _gather(offs, order, members)
-        lines, note = visible(kids, len(members) > 1)
-        style, txt = line_html(members, 0)
-        if not lines and not note:
-            out.append('<div class="xsp-leaf"%s>%s</div>' % (style, txt))
-            continue
-        out.append('<details%s><summary%s>%s</summary><div class="xsp-ch">'
-                   % (" open" if d < open_depth else "", style, txt))
-        todo.append(("html", "</div></details>"))
-        if note:
-            todo.append(("html", note))
-        todo.extend(("node", m, d + 1) for m in reversed(lines))
+    tops, ref, ref_name = _tree_reference(trace, root)
+    w = _TreeWriter(trace, ref, ref_name, max_depth=max_depth, min_share=min_share, fold=fold,
+                    max_nodes=max_nodes, open_depth=open_depth)
+    lines, stopped = w.write(tops, root is None)
+    out = ['<div class="xsp-tree"><style>%s</style>' % _TREE_CSS] + lines
     if stopped:
+        total = int(w.size[tops].sum())
         out.append('<div class="xsp-more">… stopped at max_nodes %d lines; %s not '
-                   'shown</div>' % (max_nodes, _n(total - accounted[0])))
-    if not n:
+                   'shown</div>' % (max_nodes, _n(total - w.accounted)))
+    if not len(trace):
         out.append('<div class="xsp-more">no spans</div>')
     out.append("</div>")
     return "\n".join(out)
