@@ -368,3 +368,24 @@ def test_the_tests_are_laid_out_as_the_package():
     top = sorted(f for f in os.listdir(tests) if f.endswith(".py"))
     assert top == ["conftest.py", "helpers.py", "helpers_flops.py", "models.py",
                    "test_api_rule.py", "test_layering.py"]
+
+
+def test_tests_import_no_test_module_of_another_folder():
+    """A test imports another folder's test module through helpers.sibling only: a plain
+    `from test_x import ...` finds it only when pytest collected that folder first, so the file
+    fails when run alone."""
+    tests = os.path.join(ROOT, "tests", "py")
+    where = {}
+    for path in glob.glob(os.path.join(tests, "*", "test_*.py")):
+        where[os.path.basename(path)[:-3]] = os.path.dirname(path)
+    bad = []
+    for name, folder in sorted(where.items()):
+        for node in ast.walk(_parse(os.path.join(folder, name + ".py"))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for m in mods:
+                if m in where and where[m] != folder:
+                    bad.append("%s:%d imports %s of %s" % (
+                        os.path.relpath(os.path.join(folder, name), tests), node.lineno, m,
+                        os.path.relpath(where[m], tests)))
+    assert bad == [], "\n".join(bad)
