@@ -694,6 +694,155 @@ def _decades(lo, hi):
     return a, max(b, a + 1)
 
 
+def _drawable(points):
+    """(the points with an intensity and a FLOP/s that a log axis can show, how many not)."""
+    good, bad = [], 0
+    for p in points:
+        x, y = p.get("intensity"), p.get("flops_per_s")
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and \
+                0 < x < math.inf and 0 < y < math.inf:
+            good.append(p)
+        else:
+            bad += 1
+    return good, bad
+
+
+def _roofs_of(good, bytes_per_s, flops_per_s):
+    """(bandwidth or None, {dtype: peak FLOP/s}): the roofs of the points' dtypes, none
+    without a bandwidth."""
+    used = set()
+    for p in good:
+        used.update(str(p.get("dtype") or "").split("+"))
+    bw = bytes_per_s if isinstance(bytes_per_s, (int, float)) and bytes_per_s > 0 else None
+    roofs = {d: v for d, v in (flops_per_s or {}).items()
+             if d in used and isinstance(v, (int, float)) and v > 0} if bw else {}
+    return bw, roofs
+
+
+class _LogAxes:
+    """The plot's log-log axes: whole decades around the points and the roofs' ridges, the
+    plot's box in px (left, top, pw, ph) and the mappings px(x), py(y)."""
+    LEFT, RIGHT, TOP, BOTTOM = 74, 150, 16, 44
+
+    def __init__(self, good, bw, roofs, width, height):
+        xs = [p["intensity"] for p in good] + [v / bw for v in roofs.values()]
+        ys = [p["flops_per_s"] for p in good] + list(roofs.values())
+        if not xs:
+            xs, ys = [1.0], [1.0]
+        self.x0, self.x1 = _decades(min(xs) / 2, max(xs) * 2)
+        self.y0, self.y1 = _decades(min(ys) / 2, max(ys) * 2)
+        self.left, self.top = self.LEFT, self.TOP
+        self.pw, self.ph = width - self.LEFT - self.RIGHT, height - self.TOP - self.BOTTOM
+
+    def px(self, x):
+        return self.left + (math.log10(x) - self.x0) / (self.x1 - self.x0) * self.pw
+
+    def py(self, y):
+        return self.top + self.ph - (math.log10(y) - self.y0) / (self.y1 - self.y0) * self.ph
+
+
+def _roof_grid(ax, height):
+    """The plot's box, a grid line and tick label per decade (every other one past 8), the
+    axis titles."""
+    left, top, pw, ph = ax.left, ax.top, ax.pw, ax.ph
+    out = ['<rect class="xsp-rf-plot" x="%d" y="%d" width="%d" height="%d"/>'
+           % (left, top, pw, ph)]
+    for exps, axis in (((ax.x0, ax.x1), "x"), ((ax.y0, ax.y1), "y")):
+        a, b = exps
+        step = 1 if b - a <= 8 else 2
+        for e in range(a, b + 1, step):
+            v = 10.0 ** e
+            if axis == "x":
+                x = ax.px(v)
+                out.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
+                           % (x, top, x, top + ph))
+                out.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="middle">%s'
+                           '</text>' % (x, top + ph + 14, _esc("%g" % v)))
+            else:
+                y = ax.py(v)
+                out.append('<line class="xsp-grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>'
+                           % (left, y, left + pw, y))
+                out.append('<text class="xsp-tick" x="%d" y="%.1f" text-anchor="end">%s'
+                           '</text>' % (left - 4, y + 3, _esc(fmt_si(v))))
+    out.append('<text class="xsp-axis" x="%.1f" y="%d" text-anchor="middle">arithmetic '
+               'intensity (FLOP/byte)</text>' % (left + pw / 2, height - 8))
+    out.append('<text class="xsp-axis" transform="translate(14 %.1f) rotate(-90)" '
+               'text-anchor="middle">FLOP/s</text>' % (top + ph / 2))
+    return out
+
+
+def _roof_lines(ax, bw, roofs):
+    """(the roofs, clipped to the plot: the memory slope up to each ridge, then the peak;
+    their labels right of the plot)."""
+    xa, xb = 10.0 ** ax.x0, 10.0 ** ax.x1
+    px, py = ax.px, ax.py
+    body, labels = [], []
+    for d in sorted(roofs, key=lambda k: -roofs[k]):
+        peak = roofs[d]
+        ridge = peak / bw
+        pts = [(xa, min(peak, xa * bw))]
+        if xa < ridge < xb:
+            pts.append((ridge, peak))
+        pts.append((xb, min(peak, xb * bw)))
+        color = ROOF_COLORS.get(d, _ROOF_OTHER)
+        body.append('<polyline class="xsp-roof" stroke="%s" points="%s"><title>%s</title>'
+                    '</polyline>' % (color, " ".join("%.1f,%.1f" % (px(x), py(max(y, 1e-300)))
+                                                     for x, y in pts),
+                                     _esc("%s roof: peak %s, ridge at %.3g FLOP/byte"
+                                          % (d, fmt_si(peak, "FLOP/s"), ridge))))
+        labels.append('<text class="xsp-rl" x="%d" y="%.1f" fill="%s">%s peak %s</text>'
+                      % (ax.left + ax.pw + 4, py(peak) + 3, color, _esc(d),
+                         _esc(fmt_si(peak, "FLOP/s"))))
+    if roofs:
+        labels.append('<text class="xsp-rl" x="%d" y="%d">memory %s</text>'
+                      % (ax.left + ax.pw + 4, ax.top + ax.ph, _esc(fmt_si(bw, "B/s"))))
+    return body, labels
+
+
+def _roof_points(ax, good, max_labels):
+    """A circle per point with its tooltip, and its label beside it when few enough."""
+    body = []
+    for p in good:
+        d = p.get("dtype")
+        color = ROOF_COLORS.get(d, _ROOF_OTHER) if d else _ROOF_OTHER
+        cx, cy = ax.px(p["intensity"]), ax.py(p["flops_per_s"])
+        body.append('<circle class="xsp-pt" cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s'
+                    '</title></circle>' % (cx, cy, color,
+                                           _esc(p.get("tip") or p.get("label") or "")))
+        if len(good) <= max_labels:
+            body.append('<text class="xsp-pl" x="%.1f" y="%.1f">%s</text>'
+                        % (cx + 6, cy - 5, _esc(_fit(str(p.get("label") or ""), 150))))
+    return body
+
+
+def _roof_legend(ax, good, notes):
+    """(the legend of the dtypes and the notes under the plot, the bottom they reach)."""
+    legend = []
+    ly = ax.top + ax.ph + 30
+    lx = ax.left
+    for d in sorted({(p.get("dtype") or "?") for p in good}):
+        color = ROOF_COLORS.get(d, _ROOF_OTHER)
+        legend.append('<circle cx="%d" cy="%d" r="4.5" fill="%s"/><text x="%d" y="%d">%s'
+                      '</text>' % (lx + 5, ly - 4, color, lx + 13, ly, _esc(d)))
+        lx += 24 + int(6.6 * len(d))
+    ny = ly + (22 if legend else 4)
+    for note in notes:
+        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>' % (ax.left, ny,
+                                                                            _esc(note)))
+        ny += 16
+    return legend, ny
+
+
+_ROOFLINE_STYLE = ("<style>.xsp-rf text{font:11px system-ui,sans-serif;fill:#222}"
+                   ".xsp-rf .xsp-tick{fill:#555;font-size:10px}.xsp-rf .xsp-note{fill:#8a4b00}"
+                   ".xsp-rf .xsp-rf-plot{fill:#fafafa;stroke:#999}"
+                   ".xsp-rf .xsp-grid{stroke:#e2e2e2;stroke-width:1}"
+                   ".xsp-rf .xsp-roof{fill:none;stroke-width:2}"
+                   ".xsp-rf .xsp-pt{stroke:#fff;stroke-width:1;fill-opacity:.85}"
+                   ".xsp-rf .xsp-pl{font-size:10px;fill:#444;pointer-events:none}"
+                   ".xsp-rf .xsp-pt:hover{stroke:#000;stroke-width:1.5}</style>")
+
+
 def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, height=420,
                  notes=(), max_labels=30):
     """A roofline plot as a self-contained inline SVG (a str): log-log axes, arithmetic
@@ -711,118 +860,20 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
     if width < 400 or height < 240:
         raise ValueError("roofline plot must be at least 400 x 240 px, not %r x %r"
                          % (width, height))
-    good, bad = [], 0
-    for p in points:
-        x, y = p.get("intensity"), p.get("flops_per_s")
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and \
-                0 < x < math.inf and 0 < y < math.inf:
-            good.append(p)
-        else:
-            bad += 1
-    used = set()
-    for p in good:
-        used.update(str(p.get("dtype") or "").split("+"))
-    bw = bytes_per_s if isinstance(bytes_per_s, (int, float)) and bytes_per_s > 0 else None
-    roofs = {d: v for d, v in (flops_per_s or {}).items()
-             if d in used and isinstance(v, (int, float)) and v > 0} if bw else {}
-    xs = [p["intensity"] for p in good] + [v / bw for v in roofs.values()]
-    ys = [p["flops_per_s"] for p in good] + list(roofs.values())
-    if not xs:
-        xs, ys = [1.0], [1.0]
-    x0, x1 = _decades(min(xs) / 2, max(xs) * 2)
-    y0, y1 = _decades(min(ys) / 2, max(ys) * 2)
-    left, right, top, bottom = 74, 150, 16, 44
-    pw, ph = width - left - right, height - top - bottom
-
-    def px(x):
-        return left + (math.log10(x) - x0) / (x1 - x0) * pw
-
-    def py(y):
-        return top + ph - (math.log10(y) - y0) / (y1 - y0) * ph
-
-    out = ['<rect class="xsp-rf-plot" x="%d" y="%d" width="%d" height="%d"/>'
-           % (left, top, pw, ph)]
-    for exps, axis in (((x0, x1), "x"), ((y0, y1), "y")):
-        a, b = exps
-        step = 1 if b - a <= 8 else 2
-        for e in range(a, b + 1, step):
-            v = 10.0 ** e
-            if axis == "x":
-                x = px(v)
-                out.append('<line class="xsp-grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>'
-                           % (x, top, x, top + ph))
-                out.append('<text class="xsp-tick" x="%.1f" y="%d" text-anchor="middle">%s'
-                           '</text>' % (x, top + ph + 14, _esc("%g" % v)))
-            else:
-                y = py(v)
-                out.append('<line class="xsp-grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>'
-                           % (left, y, left + pw, y))
-                out.append('<text class="xsp-tick" x="%d" y="%.1f" text-anchor="end">%s'
-                           '</text>' % (left - 4, y + 3, _esc(fmt_si(v))))
-    out.append('<text class="xsp-axis" x="%.1f" y="%d" text-anchor="middle">arithmetic '
-               'intensity (FLOP/byte)</text>' % (left + pw / 2, height - 8))
-    out.append('<text class="xsp-axis" transform="translate(14 %.1f) rotate(-90)" '
-               'text-anchor="middle">FLOP/s</text>' % (top + ph / 2))
-    # the roofs, clipped to the plot: the memory slope up to each ridge, then the peak
-    xa, xb = 10.0 ** x0, 10.0 ** x1
-    body, labels = [], []      # body: clipped to the plot; labels: right of it
-    for d in sorted(roofs, key=lambda k: -roofs[k]):
-        peak = roofs[d]
-        ridge = peak / bw
-        pts = [(xa, min(peak, xa * bw))]
-        if xa < ridge < xb:
-            pts.append((ridge, peak))
-        pts.append((xb, min(peak, xb * bw)))
-        color = ROOF_COLORS.get(d, _ROOF_OTHER)
-        body.append('<polyline class="xsp-roof" stroke="%s" points="%s"><title>%s</title>'
-                    '</polyline>' % (color, " ".join("%.1f,%.1f" % (px(x), py(max(y, 1e-300)))
-                                                     for x, y in pts),
-                                     _esc("%s roof: peak %s, ridge at %.3g FLOP/byte"
-                                          % (d, fmt_si(peak, "FLOP/s"), ridge))))
-        labels.append('<text class="xsp-rl" x="%d" y="%.1f" fill="%s">%s peak %s</text>'
-                    % (left + pw + 4, py(peak) + 3, color, _esc(d), _esc(fmt_si(peak, "FLOP/s"))))
-    if roofs:
-        labels.append('<text class="xsp-rl" x="%d" y="%d">memory %s</text>'
-                    % (left + pw + 4, top + ph, _esc(fmt_si(bw, "B/s"))))
-    for p in good:
-        d = p.get("dtype")
-        color = ROOF_COLORS.get(d, _ROOF_OTHER) if d else _ROOF_OTHER
-        cx, cy = px(p["intensity"]), py(p["flops_per_s"])
-        body.append('<circle class="xsp-pt" cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s'
-                    '</title></circle>' % (cx, cy, color,
-                                           _esc(p.get("tip") or p.get("label") or "")))
-        if len(good) <= max_labels:
-            body.append('<text class="xsp-pl" x="%.1f" y="%.1f">%s</text>'
-                        % (cx + 6, cy - 5, _esc(_fit(str(p.get("label") or ""), 150))))
-    legend = []
-    ly = top + ph + 30
-    lx = left
-    shown = sorted({(p.get("dtype") or "?") for p in good})
-    for d in shown:
-        color = ROOF_COLORS.get(d, _ROOF_OTHER)
-        legend.append('<circle cx="%d" cy="%d" r="4.5" fill="%s"/><text x="%d" y="%d">%s'
-                      '</text>' % (lx + 5, ly - 4, color, lx + 13, ly, _esc(d)))
-        lx += 24 + int(6.6 * len(d))
+    good, bad = _drawable(points)
+    bw, roofs = _roofs_of(good, bytes_per_s, flops_per_s)
+    ax = _LogAxes(good, bw, roofs, width, height)
+    grid = _roof_grid(ax, height)
+    body, labels = _roof_lines(ax, bw, roofs)
+    body += _roof_points(ax, good, max_labels)
     all_notes = list(notes)
     if bad:
         all_notes.append("%d of %d not drawn: FLOPs, bytes or time unknown or zero (no "
                          "formula: see the table)" % (bad, len(points)))
     if not bw:
         all_notes.append("no roofs: the peaks are unknown")
-    ny = ly + (22 if legend else 4)
-    for note in all_notes:
-        legend.append('<text class="xsp-note" x="%d" y="%d">%s</text>' % (left, ny,
-                                                                            _esc(note)))
-        ny += 16
-    total_h = max(height, ny + 4)
-    style = ("<style>.xsp-rf text{font:11px system-ui,sans-serif;fill:#222}"
-             ".xsp-rf .xsp-tick{fill:#555;font-size:10px}.xsp-rf .xsp-note{fill:#8a4b00}"
-             ".xsp-rf .xsp-rf-plot{fill:#fafafa;stroke:#999}"
-             ".xsp-rf .xsp-grid{stroke:#e2e2e2;stroke-width:1}"
-             ".xsp-rf .xsp-roof{fill:none;stroke-width:2}"
-             ".xsp-rf .xsp-pt{stroke:#fff;stroke-width:1;fill-opacity:.85}"
-             ".xsp-rf .xsp-pl{font-size:10px;fill:#444;pointer-events:none}"
-             ".xsp-rf .xsp-pt:hover{stroke:#000;stroke-width:1.5}</style>")
+    legend, bottom = _roof_legend(ax, good, all_notes)
+    total_h = max(height, bottom + 4)
     summary = "xsp roofline: %d point%s, %d roof%s" % (len(good), "" if len(good) == 1 else
                                                       "s", len(roofs),
                                                       "" if len(roofs) == 1 else "s")
@@ -830,8 +881,9 @@ def roofline_svg(points, bytes_per_s=None, flops_per_s=None, *, width=760, heigh
             'viewBox="0 0 %d %d" role="img" aria-label="%s">%s<defs><clipPath '
             'id="xsp-rf-clip"><rect x="%d" y="%d" width="%d" height="%d"/></clipPath></defs>'
             '\n%s\n<g clip-path="url(#xsp-rf-clip)">\n%s\n</g>\n%s\n</svg>'
-            % (width, total_h, width, total_h, _esc(summary), style, left, top, pw, ph,
-               "\n".join(out), "\n".join(body), "\n".join(labels + legend)))
+            % (width, total_h, width, total_h, _esc(summary), _ROOFLINE_STYLE, ax.left,
+               ax.top, ax.pw, ax.ph, "\n".join(grid), "\n".join(body),
+               "\n".join(labels + legend)))
 
 
 # -- tables -------------------------------------------------------------------------------
