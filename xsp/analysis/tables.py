@@ -1013,46 +1013,77 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
     device = "cuda" if (src.kind == "kernel").any() else "cpu"
     if by == "kernel":
         return _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device)
-    has_in = _has_inputs(src)
-    k = src.kind == "kernel"
-    if not has_in and not (k & pd.notna(src.col("flops", None)).astype(bool)
-                           & pd.notna(src.col("dram_bytes", None)).astype(bool)).any():
-        raise ValueError("roofline(by=%r) needs the ops' inputs (FLOPs and bytes come from "
-                         "their shapes): record with xsp.profile(record_shapes=True), or "
-                         "kernels with flops and dram_bytes attributes" % by)
-    flops, nbytes, dtype, status, how, partial = _span_costs(source, src, has_in)
-    scope = _in_scope(src)
-    # nested and composite ops cost 0 here: their work is in the op that is costed
-    has = (how != None) & scope                      # noqa: E711 (elementwise)
-    has &= ~np.isin(status.astype(str), ("nested", "composite"))
-    gpu = src.has_gpu and k.any()
-    work = np.where(np.isin(src.kind, GPU_WORK), src.dur, 0).astype(np.int64)
-    is_op = np.isin(src.kind, OP_KINDS)
-    if by == "op":
-        ids = np.nonzero(has)[0]
-        dur = src.inclusive_sum(work, OP_KINDS)[ids] if gpu else src.dur[ids]
-        df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids],
-                           "dtype_key": [d or "" for d in dtype[ids]], "first": ids,
-                           "dur": dur})
-        keys = ["name", "dtype_key"]
-    else:
-        ids = np.nonzero(has)[0]
-        owner = src.col("module", None)
-        if by == "layer":
-            key = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS for o in owner],
-                           dtype=object)
+    c = _RooflineCosts(source, src, by)
+    out = _roofline_rows(c.frame(by), c.keys)
+    lead = _roofline_lead(out, by, c)
+    roof, pinfo, note = None, None, None
+    if any(any(d is not None for d in p) or (f == 0 and b > 0)
+           for p, f, b in zip(out["parts"], out["flops"], out["bytes"])):
+        roof, pinfo, note = _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device)
+    res = _roofline_result(out, lead, by, roof)
+    res.attrs.update({"peaks": pinfo, "peaks_note": note, "partial": c.partial,
+                      "durations": "GPU work" if c.gpu else "CPU spans"})
+    return src.tag(res)
+
+
+class _RooflineCosts:
+    """The per-span costs a roofline by op, layer or model groups: each costed op span's FLOPs,
+    bytes, dtype and source (how), the spans in scope (the counted iterations), the GPU work
+    each span launched and whether durations are GPU work (gpu).  Raises ValueError for a
+    source without op inputs or measured kernels."""
+
+    def __init__(self, source, src, by):
+        has_in = _has_inputs(src)
+        k = src.kind == "kernel"
+        if not has_in and not (k & pd.notna(src.col("flops", None)).astype(bool)
+                               & pd.notna(src.col("dram_bytes", None)).astype(bool)).any():
+            raise ValueError("roofline(by=%r) needs the ops' inputs (FLOPs and bytes come "
+                             "from their shapes): record with xsp.profile(record_shapes=True), "
+                             "or kernels with flops and dram_bytes attributes" % by)
+        self.src = src
+        (self.flops, self.nbytes, self.dtype, status, self.how,
+         self.partial) = _span_costs(source, src, has_in)
+        self.scope = _in_scope(src)
+        # nested and composite ops cost 0 here: their work is in the op that is costed
+        has = (self.how != None) & self.scope                   # noqa: E711 (elementwise)
+        has &= ~np.isin(status.astype(str), ("nested", "composite"))
+        self.ids = np.nonzero(has)[0]
+        self.gpu = src.has_gpu and k.any()
+        self.work = np.where(np.isin(src.kind, GPU_WORK), src.dur, 0).astype(np.int64)
+        self.is_op = np.isin(src.kind, OP_KINDS)
+
+    def frame(self, by):
+        """One row per costed span: its group key(s) (self.keys), first (its id), flops,
+        bytes, dtype, how, nan (no FLOPs); by op also its duration (dur)."""
+        src, ids = self.src, self.ids
+        if by == "op":
+            dur = src.inclusive_sum(self.work, OP_KINDS)[ids] if self.gpu else src.dur[ids]
+            df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids],
+                               "dtype_key": [d or "" for d in self.dtype[ids]], "first": ids,
+                               "dur": dur})
+            self.keys = ["name", "dtype_key"]
         else:
-            key = np.full(len(src.df), "(model)", dtype=object)
-        df = pd.DataFrame({"key": key[ids], "first": ids})
-        keys = "key"
-    df["flops"] = flops[ids]
-    df["bytes"] = nbytes[ids]
-    df["dtype"] = _objects(dtype[ids], df.index)
-    df["how"] = _objects(how[ids], df.index)
-    df["nan"] = np.isnan(flops[ids])
-    g = df.groupby(keys, sort=False, dropna=False)
+            if by == "layer":
+                key = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS
+                                for o in src.col("module", None)], dtype=object)
+            else:
+                key = np.full(len(src.df), "(model)", dtype=object)
+            df = pd.DataFrame({"key": key[ids], "first": ids})
+            self.keys = "key"
+        df["flops"] = self.flops[ids]
+        df["bytes"] = self.nbytes[ids]
+        df["dtype"] = _objects(self.dtype[ids], df.index)
+        df["how"] = _objects(self.how[ids], df.index)
+        df["nan"] = np.isnan(self.flops[ids])
+        return df
+
+
+def _roofline_rows(df, keys):
+    """One row per group of costed spans: key, first span, flops (NaN when none has a
+    formula), bytes, parts (FLOPs per dtype), dtype label, source, ops, uncounted, calls,
+    dur."""
     rows = []
-    for name, part in g:
+    for name, part in df.groupby(keys, sort=False, dropna=False):
         fl = part["flops"].to_numpy()
         pdt = {}
         for d, f in zip(part["dtype"], fl):
@@ -1070,14 +1101,20 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
             "source": srcs.pop() if len(srcs) == 1 else "mixed",
             "ops": len(part), "uncounted": int(part["nan"].sum()),
             "calls": len(part), "dur": int(part["dur"].sum()) if "dur" in part else 0})
-    out = pd.DataFrame(rows, columns=["key", "first", "flops", "bytes", "parts", "dtype",
-                                      "source", "ops", "uncounted", "calls", "dur"])
+    return pd.DataFrame(rows, columns=["key", "first", "flops", "bytes", "parts", "dtype",
+                                       "source", "ops", "uncounted", "calls", "dur"])
+
+
+def _roofline_lead(out, by, c):
+    """The leading columns of the table by op (name, calls), layer (layer, type, calls,
+    forward_ns, backward_ns) or model (model, iterations); sets out's duration_ns."""
+    src = c.src
     if by == "op":
         out["name"] = [kk[0] for kk in out["key"]]
         out["duration_ns"] = out["dur"].astype(np.int64)
-        lead = out[["name", "calls"]]
-    elif by == "layer":
-        fwd, bwd, calls, typ = _layer_times(src, scope, gpu, work, is_op)
+        return out[["name", "calls"]]
+    if by == "layer":
+        fwd, bwd, calls, typ = _layer_times(src, c.scope, c.gpu, c.work, c.is_op)
         names = out["key"].tolist()
         out["layer"] = names
         out["type"] = _objects([typ.get(n) for n in names], out.index)
@@ -1085,17 +1122,17 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
         out["forward_ns"] = np.array([fwd.get(n, 0) for n in names], dtype=np.int64)
         out["backward_ns"] = np.array([bwd.get(n, 0) for n in names], dtype=np.int64)
         out["duration_ns"] = out["forward_ns"] + out["backward_ns"]
-        lead = out[["layer", "type", "calls", "forward_ns", "backward_ns"]]
-    else:
-        t = int(work[scope].sum()) if gpu else src.counted_time()
-        out["model"] = "(model)"
-        out["iterations"] = int((~src.left_out()).sum())
-        out["duration_ns"] = np.full(len(out), t, dtype=np.int64)
-        lead = out[["model", "iterations"]]
-    roof, pinfo, note = None, None, None
-    if any(any(d is not None for d in p) or (f == 0 and b > 0)
-           for p, f, b in zip(out["parts"], out["flops"], out["bytes"])):
-        roof, pinfo, note = _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device)
+        return out[["layer", "type", "calls", "forward_ns", "backward_ns"]]
+    t = int(c.work[c.scope].sum()) if c.gpu else src.counted_time()
+    out["model"] = "(model)"
+    out["iterations"] = int((~src.left_out()).sum())
+    out["duration_ns"] = np.full(len(out), t, dtype=np.int64)
+    return out[["model", "iterations"]]
+
+
+def _roofline_result(out, lead, by, roof):
+    """The table: lead, then the work, time and roof columns; longest first (by layer the
+    ops outside every layer last)."""
     cols = _roof_columns(out["flops"], out["bytes"], out["duration_ns"],
                          out["parts"].tolist(), roof)
     res = lead.copy()
@@ -1115,9 +1152,7 @@ def roofline(source, by="kernel", peaks=None, *, peak_gflops=None, peak_dram_gbp
     res = res.reset_index(drop=True)
     if not len(res):
         res = _empty(list(lead.columns) + ROOF_COLUMNS)
-    res.attrs.update({"peaks": pinfo, "peaks_note": note, "partial": partial,
-                      "durations": "GPU work" if gpu else "CPU spans"})
-    return src.tag(res)
+    return res
 
 
 def _layer_times(src, scope, gpu, work, is_op):
