@@ -48,11 +48,13 @@ test_core_LIBS := -lpthread
 test_data_SRC := $(CORE_SRC)
 test_data_LIBS := -lpthread -lm
 test_io_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
-test_io_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS)
+test_io_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS) -lz -lm
 test_names_SRC := $(CORE_SRC)
 test_names_LIBS := -lpthread
 test_kjson_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
-test_kjson_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS)
+test_kjson_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS) -lz -lm
+test_jsonw_SRC := csrc/io/jsonw.c
+test_jsonw_LIBS := -lz -lm
 test_tmerge_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/tmerge.c
 test_spawn_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/spawn.c
 test_session_SRC := $(CORE_SRC)
@@ -69,7 +71,7 @@ test_gpu_merge_SRC := $(CORE_SRC) $(GPU_SRC)
 test_gpu_merge_CFLAGS := $(GPU_INC)
 test_gpu_merge_LIBS := -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed
 
-CTEST := core data io names kjson tmerge spawn session trace_select schedule codetab
+CTEST := core data io names kjson jsonw tmerge spawn session trace_select schedule codetab
 CTEST_SAN_ONLY := tmerge session gpu_merge
 ifeq ($(HAVE_CUPTI),1)
 CTEST += gpu gpu_merge
@@ -89,7 +91,7 @@ $(BIN)/test_%_san: tests/c/test_%.c $$(test_$$*_SRC) $(CTEST_DEPS) | $(BIN)
 make_gpu_trace_SRC := $(CORE_SRC) $(GPU_SRC) $(IO_SRC)
 $(BIN)/make_gpu_trace: tests/c/make_gpu_trace.c $(make_gpu_trace_SRC) $(CTEST_DEPS) | $(BIN)
 	$(CC) $(CFLAGS_DEV) $(SAN) $(GPU_INC) $< $(make_gpu_trace_SRC) $(MSGPACK_FLAGS) \
-	    $(YAJL_FLAGS) -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed -o $@
+	    $(YAJL_FLAGS) -lz -lm -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed -o $@
 
 $(BIN):
 	@mkdir -p $@

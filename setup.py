@@ -2,7 +2,7 @@
 
 xsp._core   C11: the span core (csrc/core), the trace file (csrc/io), the GPU source
             (csrc/gpu, when CUPTI's headers are found) and the CPython binding (csrc/python).
-            Needs msgpack-c and yajl, found through pkg-config.
+            Needs msgpack-c and yajl, found through pkg-config, and zlib.
 xsp._bench  C++20, dev builds only (XSP_DEV=1 or XSP_BENCH=1): the benchmarks' floor callbacks and C++ loop
             (benchmarks/csrc); not part of the production library.
 xsp._torch  C++20 + C: the RecordFunction shim (csrc/torch) and its tiny module init. Built
@@ -117,7 +117,8 @@ core = Extension(
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + WARN + OPT + COMMON + TLS + mp_cflags
     + yajl_cflags + GPU_ARGS,
-    extra_link_args=mp_libs + yajl_libs + GPU_LIBS,
+    # zlib: the JSON exporters' gzip (csrc/io/jsonw.c)
+    extra_link_args=mp_libs + yajl_libs + ["-lz"] + GPU_LIBS,
 )
 
 exts = [core]

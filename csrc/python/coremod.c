@@ -23,6 +23,7 @@
 #include "../include/xsp_api.h"
 #include "../io/tracefile.h"
 #include "gpumod.h"
+#include "jsonwmod.h"
 #include "kjsonmod.h"
 #include "modcall.h"
 #include "modsites.h"
@@ -269,6 +270,16 @@ static PyObject *core_read_kineto(PyObject *mod, PyObject *chunks)
     return xsp_py_read_kineto(st->format_error, st->tracedata_type, chunks);
 }
 
+static PyObject *core_write_kineto(PyObject *mod, PyObject *args)
+{
+    return xsp_py_write_kineto(xsp_state(mod)->tracedata_type, args);
+}
+
+static PyObject *core_write_chrome(PyObject *mod, PyObject *args)
+{
+    return xsp_py_write_chrome(xsp_state(mod)->tracedata_type, args);
+}
+
 static PyObject *core_build(PyObject *mod, PyObject *args)
 {
     return xsp_py_build(xsp_state(mod)->tracedata_type, args);
@@ -370,6 +381,12 @@ static PyMethodDef core_methods[] = {
      "read_kineto(chunks) -> TraceData: Kineto's trace JSON, fed as the bytes-like objects\n"
      "that iterating chunks gives (csrc/io/kjson.h).  TraceFormatError with .event (an index\n"
      "into traceEvents) and .offset (a byte offset into the text), each None when unknown."},
+    {"write_kineto", core_write_kineto, METH_VARARGS,
+     "write_kineto(fd, gzip, tracedata, head, tail, cols): Kineto's trace JSON to fd, the GIL\n"
+     "released (csrc/io/kinetow.h; xsp/formats/kineto.py makes the columns)."},
+    {"write_chrome", core_write_chrome, METH_VARARGS,
+     "write_chrome(fd, gzip, tracedata, head, tail, cols): Chrome trace-event JSON to fd, the\n"
+     "GIL released (csrc/io/chromew.h; xsp/formats/chrome.py makes the columns)."},
     {"build", core_build, METH_VARARGS,
      "build(spans, threads, meta, counters) -> TraceData: a trace from Python data.\n\n"
      "spans: a sequence of (start_ns, end_ns, parent, level, kind, name, thread, flags, attrs),\n"

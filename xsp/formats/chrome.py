@@ -4,6 +4,11 @@ Each span becomes a complete event ("ph": "X") on its thread's track.  Timestamp
 microseconds, written with exactly three decimals from integer nanoseconds (no float
 rounding), relative to the earliest span, so a child never appears to start before or end
 after its parent and the viewers nest them as recorded.
+
+The span events are written by C (csrc/io/chromew.c, over the JSON writer csrc/io/jsonw.c that
+the Kineto export shares), streamed to the file; the header (otherData, process and thread
+names) is made here.  _reference_write is the Python writer it replaced, kept as the tests'
+reference.
 """
 import json
 import math
@@ -11,6 +16,7 @@ import os
 
 import numpy as np
 
+from xsp import _core
 from xsp.core.util import atomic_write, printable
 from xsp.formats.kineto import SPAWN_FLOW, spawn_links, thread_pids
 from xsp.formats.kineto import read as kineto_read
@@ -58,13 +64,66 @@ def read(path, **options):
 
 
 def write(trace, path):
-    """Writes trace (an xsp.Trace; of an xsp.Measurement, its deepest run's) to path as Chrome trace event JSON (chrome://tracing,
-    Perfetto UI): one track per thread, complete ("X") events with ns-exact microsecond
-    timestamps relative to the first span, so nesting is kept; span id, parent and attributes
-    go into args (an attribute named id or parent as attr.id, attr.parent).  The process id
-    is the trace's meta pid; one that is not an int from 0 to 2**31-1 (a damaged or
-    hand-made trace) is replaced by 0 and otherData.xsp.pid_note says so.  Written
-    atomically; raises OSError on failure."""
+    """Writes trace (an xsp.Trace; of an xsp.Measurement, its deepest run's) to path as Chrome
+    trace event JSON (chrome://tracing, Perfetto UI): one track per thread, complete ("X")
+    events with ns-exact microsecond timestamps relative to the first span, so nesting is kept;
+    span id, parent and attributes go into args (an attribute named id or parent as attr.id,
+    attr.parent).  The process id is the trace's meta pid; one that is not an int from 0 to
+    2**31-1 (a damaged or hand-made trace) is replaced by 0 and otherData.xsp.pid_note says so.
+    A path ending in .gz is gzip-compressed.  The events are written by C (csrc/io/chromew.c),
+    streamed, with the GIL released; written atomically; raises OSError on failure."""
+    if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
+        trace = trace.trace
+    path = os.fspath(path)
+    pid, note = _pid(trace)
+    start = trace.start_ns.view(np.uint64)
+    t0 = int(start.min()) if len(trace) else 0
+    pids = thread_pids(trace, pid)
+    links = spawn_links(trace)
+    cols = {"t0": t0, "track_pid": _int64(pids, "a track's pid"),
+            "spawn_i": np.array([i for i, _ in links], dtype=np.int64),
+            "spawn_j": np.array([j for _, j in links], dtype=np.int64)}
+    head = _head(trace, pid, note, pids).encode("utf-8", "replace")
+    gz = os.fsdecode(path).endswith(".gz")
+    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), gz, trace._data, head,
+                                                    b"\n]}\n", cols), binary=True)
+    return path
+
+
+def _int64(values, what):
+    """values as an int64 array; ValueError naming what for one outside int64."""
+    try:
+        return np.array(values, dtype=np.int64).reshape(-1)
+    except OverflowError:
+        raise ValueError("%s is outside int64: %r" % (what, max(values, key=abs))) from None
+
+
+def _head(trace, pid, note, pids):
+    """The text before the span events: otherData, then the process and thread names."""
+    other = {"meta": trace.meta, "counters": trace.counters}
+    if note:
+        other["pid_note"] = note
+    out = ['{"displayTimeUnit":"ns","otherData":', _dumps({"xsp": other}), ',"traceEvents":[\n']
+    lines = []
+    for p in sorted(set(pids)) or [pid]:
+        label = "xsp: %s" % (trace.meta.get("region", "trace"),)
+        if "ranks" in trace.meta:
+            r = [name.split(":", 1)[0] for (_, name, _), q in zip(trace.threads, pids)
+                 if q == p and isinstance(name, str) and name.startswith("rank ")]
+            label += " (%s)" % r[0] if r else ""
+        lines.append(_dumps({"ph": "M", "name": "process_name", "pid": p,
+                             "args": {"name": label}}))
+    for (tid, name, _kind), p in zip(trace.threads, pids):
+        lines.append(_dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": tid,
+                             "args": {"name": name or "thread %d" % tid}}))
+    out.append(",\n".join(lines))
+    return "".join(out)
+
+
+# -- the reference: the Python writer the C one replaced, kept for the tests that compare them
+def _reference_write(trace, path):
+    """Writes trace as write does, in Python (one event at a time): the tests' reference for
+    the C writer (tests/py/formats/test_json_writers.py)."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace = trace.trace
     pid, note = _pid(trace)

@@ -1,0 +1,241 @@
+/*
+ * jsonwmod.c: _core.write_kineto / _core.write_chrome (jsonwmod.h).
+ *
+ * The columns arrive in a dict; each is taken through the buffer protocol (checked for its
+ * item kind, size and length, held until the write ends) and each list of bytes as a tuple
+ * (held too), so that the text is written with the GIL released from memory nothing else can
+ * change: the trace is immutable once wrapped (tracedata.h).
+ */
+#include "jsonwmod.h"
+
+#include <errno.h>
+
+#include "../io/chromew.h"
+#include "../io/kinetow.h"
+#include "tracedata.h"
+
+#define MAX_VIEWS 32
+#define MAX_HOLDS 8
+
+typedef struct cols {
+    PyObject *dict;                 /* the columns dict (borrowed) */
+    Py_buffer views[MAX_VIEWS];     /* buffers held */
+    int n_views;
+    PyObject *holds[MAX_HOLDS];     /* tuples held */
+    xsp_bytes *lists[MAX_HOLDS];    /* their items, malloc'd */
+    int n_holds;
+} cols;
+
+static void cols_release(cols *c)
+{
+    for (int i = 0; i < c->n_views; i++)
+        PyBuffer_Release(&c->views[i]);
+    for (int i = 0; i < c->n_holds; i++) {
+        Py_XDECREF(c->holds[i]);
+        PyMem_Free(c->lists[i]);
+    }
+}
+
+/* Column key: kind 'i' (signed), 'u' (unsigned) or 'f' (float) of size bytes, len items (or
+ * any length when len < 0, stored in *n).  Returns its data, or NULL with an exception set. */
+static const void *col(cols *c, const char *key, char kind, Py_ssize_t size, Py_ssize_t len,
+                       uint32_t *n)
+{
+    PyObject *o = PyDict_GetItemString(c->dict, key);
+    if (!o) {
+        PyErr_Format(PyExc_ValueError, "write: column %s is missing", key);
+        return NULL;
+    }
+    Py_buffer *v = &c->views[c->n_views];
+    if (PyObject_GetBuffer(o, v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    c->n_views++;
+    const char *f = v->format ? v->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    char got = (*f == 'd' || *f == 'f') ? 'f' : (*f >= 'A' && *f <= 'Z') ? 'u' : 'i';
+    if (got != kind || v->itemsize != size || v->ndim != 1) {
+        PyErr_Format(PyExc_TypeError, "write: column %s must be a 1-d array of %s%d", key,
+                     kind == 'f' ? "float" : kind == 'u' ? "uint" : "int", (int)size * 8);
+        return NULL;
+    }
+    Py_ssize_t items = v->len / size;
+    if ((len >= 0 && items != len) || items > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "write: column %s has %zd items, not %zd", key, items,
+                     len);
+        return NULL;
+    }
+    if (n)
+        *n = (uint32_t)items;
+    return v->buf;
+}
+
+/* A list of bytes (or None) under key, as n xsp_bytes. */
+static const xsp_bytes *blist(cols *c, const char *key, Py_ssize_t len, uint32_t *n)
+{
+    PyObject *o = PyDict_GetItemString(c->dict, key);
+    if (!o) {
+        PyErr_Format(PyExc_ValueError, "write: column %s is missing", key);
+        return NULL;
+    }
+    PyObject *tup = PySequence_Tuple(o);
+    if (!tup)
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(tup);
+    xsp_bytes *b = PyMem_Calloc((size_t)k + 1, sizeof *b);
+    c->holds[c->n_holds] = tup;
+    c->lists[c->n_holds++] = b;
+    if (!b)
+        return PyErr_NoMemory(), NULL;
+    if ((len >= 0 && k != len) || k > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "write: column %s has %zd items, not %zd", key, k, len);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *it = PyTuple_GET_ITEM(tup, i);
+        if (it == Py_None)
+            continue;
+        if (!PyBytes_Check(it)) {
+            PyErr_Format(PyExc_TypeError, "write: column %s holds a %s, not bytes or None",
+                         key, Py_TYPE(it)->tp_name);
+            return NULL;
+        }
+        b[i].s = PyBytes_AS_STRING(it);
+        b[i].n = (size_t)PyBytes_GET_SIZE(it);
+    }
+    if (n)
+        *n = (uint32_t)k;
+    return b;
+}
+
+typedef struct job {
+    int fd, gzip;
+    const xsp_trace *t;
+    Py_buffer head, tail;
+} job;
+
+/* Writes head, the events (kineto when kc, else chrome), tail; raises on failure. */
+static PyObject *run(job *j, const xsp_kineto_cols *kc, const xsp_chrome_cols *cc)
+{
+    char err[256] = "";
+    int rc = -1, nomem = 0, saved = 0;
+    Py_BEGIN_ALLOW_THREADS
+    xsp_jsonw *w = xsp_jsonw_open(j->fd, j->gzip);
+    if (!w)
+        nomem = 1;
+    else {
+        xsp_jsonw_raw(w, j->head.buf, (size_t)j->head.len);
+        if (kc)
+            nomem = xsp_kineto_write_events(w, j->t, kc, 1) < 0;
+        else
+            xsp_chrome_write_events(w, j->t, cc);
+        xsp_jsonw_raw(w, j->tail.buf, (size_t)j->tail.len);
+        rc = xsp_jsonw_close(w, err, sizeof err);
+        saved = errno;
+    }
+    Py_END_ALLOW_THREADS
+    if (nomem)
+        return PyErr_NoMemory();
+    if (rc < 0) {
+        errno = saved;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static int parse(PyTypeObject *tp, PyObject *args, job *j, cols *c)
+{
+    PyObject *td;
+    if (!PyArg_ParseTuple(args, "ipO!y*y*O!:write", &j->fd, &j->gzip, tp, &td, &j->head,
+                          &j->tail, &PyDict_Type, &c->dict))
+        return -1;
+    j->t = ((xsp_TraceDataObject *)td)->trace;
+    return 0;
+}
+
+PyObject *xsp_py_write_kineto(PyTypeObject *tp, PyObject *args)
+{
+    job j = {0};
+    cols c = {0};
+    xsp_kineto_cols k = {0};
+    PyObject *res = NULL;
+    if (parse(tp, args, &j, &c) < 0)
+        return NULL;
+    Py_ssize_t nt = j.t->n_threads, ns = j.t->n_spans;
+    const xsp_bytes *why;
+    uint32_t n_why;
+    PyObject *base = PyDict_GetItemString(c.dict, "base_ns");
+    k.base_ns = base ? PyLong_AsLongLong(base) : 0;
+    if (PyErr_Occurred())
+        goto out;
+    if (!(k.track_pid = col(&c, "track_pid", 'i', 8, nt, NULL))
+        || !(k.track_tid = col(&c, "track_tid", 'u', 8, nt, NULL))
+        || !(k.fwd_rank = col(&c, "fwd_rank", 'i', 8, nt, NULL))
+        || !(k.ext = col(&c, "ext", 'i', 8, ns, NULL))
+        || !(k.near_cpu = col(&c, "near_cpu", 'i', 8, ns, NULL))
+        || !(k.near_mod = col(&c, "near_mod", 'i', 8, ns, NULL))
+        || !(k.name_sid = col(&c, "name_sid", 'i', 8, ns, NULL))
+        || !(k.mod_id = col(&c, "mod_id", 'i', 8, ns, NULL))
+        || !(k.extra = blist(&c, "extra", -1, &k.n_extra))
+        || !(k.step_id = col(&c, "step_id", 'i', 8, -1, &k.n_steps))
+        || !(k.step_how = col(&c, "step_how", 'i', 8, k.n_steps, NULL))
+        || !(k.step_j = col(&c, "step_j", 'i', 8, k.n_steps, NULL))
+        || !(k.step_s0 = col(&c, "step_s0", 'u', 8, k.n_steps, NULL))
+        || !(k.step_e0 = col(&c, "step_e0", 'u', 8, k.n_steps, NULL))
+        || !(why = blist(&c, "step_why", 4, &n_why))
+        || !(k.lev_id = col(&c, "lev_id", 'i', 8, -1, &k.n_lev))
+        || !(k.mem_id = col(&c, "mem_id", 'i', 8, -1, &k.n_mem))
+        || !(k.mem_text = blist(&c, "mem_text", k.n_mem, NULL))
+        || !(k.json_sid = col(&c, "json_sid", 'u', 4, -1, &k.n_json))
+        || !(k.json_text = blist(&c, "json_text", k.n_json, NULL))
+        || !(k.spawn_i = col(&c, "spawn_i", 'i', 8, -1, &k.n_spawn))
+        || !(k.spawn_j = col(&c, "spawn_j", 'i', 8, k.n_spawn, NULL)))
+        goto out;
+    for (int i = 0; i < 4; i++)
+        k.step_why[i] = why[i];
+    PyObject *lev = PyDict_GetItemString(c.dict, "lev_val");
+    if (lev && PyObject_CheckBuffer(lev)) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(lev, &v, PyBUF_FORMAT) < 0)
+            goto out;
+        int isf = v.format && (v.format[0] == 'd' || v.format[0] == 'f');
+        PyBuffer_Release(&v);
+        if (isf && !(k.lev_float = col(&c, "lev_val", 'f', 8, k.n_lev, NULL)))
+            goto out;
+        if (!isf && !(k.lev_int = col(&c, "lev_val", 'i', 8, k.n_lev, NULL)))
+            goto out;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "write: column lev_val is missing");
+        goto out;
+    }
+    res = run(&j, &k, NULL);
+out:
+    cols_release(&c);
+    PyBuffer_Release(&j.head);
+    PyBuffer_Release(&j.tail);
+    return res;
+}
+
+PyObject *xsp_py_write_chrome(PyTypeObject *tp, PyObject *args)
+{
+    job j = {0};
+    cols c = {0};
+    xsp_chrome_cols k = {0};
+    PyObject *res = NULL;
+    if (parse(tp, args, &j, &c) < 0)
+        return NULL;
+    PyObject *t0 = PyDict_GetItemString(c.dict, "t0");
+    k.t0 = t0 ? PyLong_AsUnsignedLongLong(t0) : 0;
+    if (PyErr_Occurred())
+        goto out;
+    if (!(k.track_pid = col(&c, "track_pid", 'i', 8, j.t->n_threads, NULL))
+        || !(k.spawn_i = col(&c, "spawn_i", 'i', 8, -1, &k.n_spawn))
+        || !(k.spawn_j = col(&c, "spawn_j", 'i', 8, k.n_spawn, NULL)))
+        goto out;
+    res = run(&j, NULL, &k);
+out:
+    cols_release(&c);
+    PyBuffer_Release(&j.head);
+    PyBuffer_Release(&j.tail);
+    return res;
+}
