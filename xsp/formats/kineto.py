@@ -257,7 +257,305 @@ def write(trace, path, *, base_ns=None, leveled=None):
     base_ns: baseTimeNanoseconds (default: the trace's own when it was read from Kineto's
     JSON, else 0: xsp's clock is monotonic, not wall time); ts = (t - base_ns) / 1000.
     leveled: {span id: leveled latency ns} (a Measurement's leveled_ns()), written as arg
-    "xsp.leveled_ns".  Written atomically; OSError on failure."""
+    "xsp.leveled_ns".  The events are written by C (csrc/io/kinetow.c), streamed, with the
+    GIL released, from columns made here; a trace with a value C cannot hold (an id or pid past
+    int64, a step named by a number: hand-made traces) is written by the Python reference
+    writer instead, to the same text.  Written atomically; OSError on failure."""
+    if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
+        trace, leveled = trace.trace, trace.leveled_ns() if leveled is None else leveled
+    path = os.fspath(path)
+    try:
+        head, tail, cols = _columns(trace, base_ns, leveled or {})
+    except _Outside:
+        return _reference_write(trace, path, base_ns=base_ns, leveled=leveled)
+    gz = os.fsdecode(path).endswith(".gz")
+    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), gz, trace._data, head, tail,
+                                                    cols), binary=True)
+    return path
+
+
+class _Outside(Exception):
+    """A value of the trace that the C writer's columns cannot hold (past int64)."""
+
+
+I64 = 2 ** 63
+
+
+def _i64(values):
+    """values (a sequence of ints) as an int64 array; _Outside for one past int64."""
+    try:
+        return np.array(values, dtype=np.int64).reshape(-1)
+    except (OverflowError, TypeError, ValueError):
+        raise _Outside() from None
+
+
+class _Attrs:
+    """trace.attrs_of as a sequence, for the helpers that take every span's attrs."""
+
+    def __init__(self, trace):
+        self._t = trace
+
+    def __getitem__(self, i):
+        return self._t.attrs_of(i)
+
+
+def _base_pid(trace, base_ns):
+    """(base_ns, pid) as the reference writer takes them from the meta."""
+    meta = trace.meta
+    if base_ns is None:
+        base_ns = meta.get("kineto.baseTimeNanoseconds", 0)
+        base_ns = base_ns if isinstance(base_ns, int) else 0      # a hand-made meta: 0
+    pid = meta.get("pid")
+    if not (isinstance(pid, int) and 0 <= pid < 2 ** 31):
+        pid = int(meta.get("kineto.pid", os.getpid())) if isinstance(
+            meta.get("kineto.pid", 0), int) else 0
+    return base_ns, pid
+
+
+def _tracks(trace, pid):
+    """(track, cpu_rank, pids): per track (pid, tid) written, the rank of each CPU tid (Fwd
+    thread id) and each track's process id (thread_pids)."""
+    cpu_rank = {}
+    track = []
+    pids = thread_pids(trace, pid)
+    for i, (tid, tname, tkind) in enumerate(trace.threads):
+        if tkind == 1:
+            track.append((tid >> 32, tid & 0xFFFFFFFF))
+        else:
+            track.append((pids[i], tid))
+            if tkind == 0:
+                cpu_rank.setdefault(tid, len(cpu_rank) + 1)
+    return track, cpu_rank, pids
+
+
+def _head(trace, base_ns, pid, track, pids):
+    """The text before the span events: the top-level keys, "xsp", and the process and thread
+    names (as Kineto writes them), ending after the last of those events."""
+    meta = trace.meta
+    threads = trace.threads
+    top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
+        "kineto.trace_id", uuid.uuid4().hex.upper()),
+        "host_name": meta.get("kineto.host_name", meta.get("host", socket.gethostname())),
+        "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns}
+    gpus = sorted(set(d for (d, _), (_, _, k) in zip(track, threads) if k == 1))
+    for d in gpus:
+        top["deviceProperties"].append({"id": int(d), "name": str(meta.get(
+            "gpu%d.name" % d, meta.get("gpu.name", "")))})
+    if "rank" in meta:
+        top["distributedInfo"] = {"backend": meta.get("backend", ""), "rank": meta["rank"],
+                                  "world_size": meta.get("world_size", 1)}
+    head = "{\n"
+    for k, v in top.items():
+        head += '  "%s": %s,\n' % (k, _dumps(v))
+    head += '  "xsp": %s,\n' % _dumps({"meta": dict(meta), "counters": dict(trace.counters),
+                                       "levels": meta.get("levels", "")})
+    head += '  "traceEvents": [\n'
+    ev = []
+    t0 = int(trace.start_ns.view(np.uint64).min()) if len(trace) else base_ns
+    first_ts = _us(t0 - base_ns)
+    cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
+    rank_of_pid = {}
+    if "ranks" in meta:
+        for p_, (_, tname, _) in zip(pids, threads):
+            if isinstance(tname, str) and tname.startswith("rank "):
+                rank_of_pid.setdefault(p_, tname[5:].split(":", 1)[0])
+    for cp in cpu_pids:
+        ev.append({"ph": "M", "name": "process_name", "pid": cp, "tid": 0,
+                   "args": {"name": "python" if cp not in rank_of_pid else
+                            "rank %s" % rank_of_pid[cp]}})
+        ev.append({"ph": "M", "name": "process_labels", "pid": cp, "tid": 0,
+                   "args": {"labels": "CPU"}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": cp, "tid": 0,
+                   "args": {"sort_index": cp}})
+    for d in gpus:
+        ev.append({"ph": "M", "name": "process_name", "pid": int(d), "tid": 0,
+                   "args": {"name": "python"}})
+        ev.append({"ph": "M", "name": "process_labels", "pid": int(d),
+                   "tid": 0, "args": {"labels": "GPU %d" % d}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": int(d),
+                   "tid": 0, "args": {"sort_index": 5000000 + int(d)}})
+    for (p_, t_), (tid, tname, tkind) in zip(track, threads):
+        if tkind == 1:
+            label = "stream %d " % t_
+        elif tkind == 0:
+            label = "thread %d (%s)" % (tid, tname or "python")
+        else:
+            label = tname or "overhead"
+        ev.append({"ph": "M", "name": "thread_name", "pid": p_, "tid": t_,
+                   "args": {"name": label}})
+        ev.append({"ph": "M", "name": "thread_sort_index", "pid": p_,
+                   "tid": t_, "args": {"sort_index": t_ if tkind != 0 else tid}})
+    return head + ",\n".join(_line(e, first_ts) for e in ev)
+
+
+def _tail(trace):
+    meta = trace.meta
+    return '\n  ],\n  "traceName": %s\n}\n' % _dumps(meta.get("kineto.traceName",
+                                                              meta.get("region", "xsp")))
+
+
+def _utf8(text):
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _columns(trace, base_ns, leveled):
+    """(head, tail, cols): the text around the events and the columns of xsp_kineto_cols
+    (csrc/io/kinetow.h) for trace, vectorised but for the few spans that need Python (module
+    names, steps, memory instants).  Raises _Outside for a value past int64."""
+    base_ns, pid = _base_pid(trace, base_ns)
+    if not -I64 <= base_ns < I64:
+        raise _Outside()
+    n = len(trace)
+    kinds = trace.kind_codes
+    threads = trace.threads
+    track, cpu_rank, pids = _tracks(trace, pid)
+    thread_idx = trace.thread_index
+    cols = {"base_ns": base_ns,
+            "track_pid": _i64([p for p, _ in track]),
+            "track_tid": np.array([t for _, t in track], dtype=np.uint64).reshape(-1),
+            "fwd_rank": _i64([cpu_rank.get(t[0], 0) for t in threads])}
+    # External ids: the read ones kept, then one per CPU event without one, in trace order
+    ext = np.zeros(n, dtype=np.int64)
+    next_ext = 1
+    ids, vals = trace.attr_column(ARG + "External id")
+    if isinstance(vals, list):
+        keep = [(i, v) for i, v in zip(ids.tolist(), vals) if isinstance(v, int)]
+        ids, vals = [i for i, _ in keep], [v for _, v in keep]
+    elif vals.dtype.kind != "i":
+        ids, vals = [], []
+    vals = _i64(vals)
+    if len(vals):
+        if int(np.abs(vals).max()) >= 2 ** 62:
+            raise _Outside()
+        ext[np.asarray(ids, dtype=np.int64)] = vals
+        next_ext = max(1, int(vals.max()) + 1)
+    new = (ext == 0) & np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step",
+                                                       "model", "module", "python")])
+    ext[new] = next_ext + np.arange(int(new.sum()), dtype=np.int64)
+    cols["ext"] = ext
+    cpu_kind = np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step", "model",
+                                             "module")])
+    cols["near_cpu"] = trace.nearest_ancestor(cpu_kind, include_self=False)
+    cols["near_mod"] = trace.nearest_ancestor(
+        np.isin(kinds, [K["model"], K["module"], K["python"]]), include_self=False)
+    # names: the trace's, but module names as with_modules writes them and step names
+    name_sid = trace.name_codes.astype(np.int64)
+    extra, extra_id = [], {}
+
+    def sid(text):
+        if not isinstance(text, str):
+            raise _Outside()                    # a step named by a number (hand-made)
+        if text not in extra_id:
+            extra_id[text] = len(trace.strings) + len(extra)
+            extra.append(_utf8(text))
+        return extra_id[text]
+    mod_id = np.zeros(n, dtype=np.int64)
+    is_mod = (kinds == K["model"]) | (kinds == K["module"])
+    if is_mod.any():
+        mod_names, mod_ids = _module_names(trace, kinds, _Attrs(trace))
+        for i, name in mod_names.items():
+            name_sid[i] = sid(name)
+            v = mod_ids[i]
+            mod_id[i] = v if isinstance(v, int) and -I64 <= v < I64 else 0  # k. overrides it
+    cols["mod_id"] = mod_id
+    cols.update(_step_cols(trace, kinds, leveled, name_sid, sid))
+    cols["name_sid"] = name_sid
+    cols["extra"] = extra
+    lev = sorted(leveled.items())
+    cols["lev_id"] = _i64([i for i, _ in lev])
+    lv = np.array([v for _, v in lev])
+    if lv.dtype.kind == "f":
+        cols["lev_val"] = lv.astype(np.float64)
+    elif len(lv) == 0 or lv.dtype.kind in "iu":
+        cols["lev_val"] = _i64([v for _, v in lev])
+    else:
+        raise _Outside()
+    cols.update(_memory_cols(trace, base_ns, track))
+    cols.update(_json_cols(trace))
+    links = spawn_links(trace)
+    cols["spawn_i"] = _i64([i for i, _ in links])
+    cols["spawn_j"] = _i64([j for _, j in links])
+    head = _head(trace, base_ns, pid, track, pids).encode("utf-8", "replace")
+    return head, _tail(trace).encode("utf-8", "replace"), cols
+
+
+def _step_cols(trace, kinds, leveled, name_sid, sid):
+    """The step columns (how each step span is written: _steps_written), setting the names
+    of the step spans in name_sid."""
+    out = {"step_id": np.zeros(0, dtype=np.int64), "step_how": np.zeros(0, dtype=np.int64),
+           "step_j": np.zeros(0, dtype=np.int64), "step_s0": np.zeros(0, dtype=np.uint64),
+           "step_e0": np.zeros(0, dtype=np.uint64), "step_why": [None] * 4}
+    if not (kinds == K["step"]).any():
+        return out
+    kind_of = np.array(KINDS, dtype=object)[kinds]
+    steps = _steps_written(trace, kind_of, trace.strings, trace.name_codes.tolist(), leveled)
+    ids = sorted(i for i in steps if isinstance(i, int))
+    hows = ("step", "setup", "leftover", "priming")
+    rows = []
+    for i in ids:
+        how, j, s0, e0 = steps[i]
+        if how == "step":
+            name = trace.attrs_of(i).get(ARG + "name") or "ProfilerStep#%d" % j
+        else:
+            name = "xsp: " + how
+        name_sid[i] = sid(name)
+        rows.append((i, hows.index(how), j, s0, e0))
+    out["step_id"] = _i64([r[0] for r in rows])
+    out["step_how"] = _i64([r[1] for r in rows])
+    out["step_j"] = _i64([r[2] for r in rows])
+    try:
+        out["step_s0"] = np.array([r[3] for r in rows], dtype=np.uint64)
+        out["step_e0"] = np.array([r[4] for r in rows], dtype=np.uint64)
+    except OverflowError:
+        raise _Outside() from None
+    out["step_why"] = [None] + [_utf8(steps[h]) for h in hows[1:]]
+    return out
+
+
+def _memory_cols(trace, base_ns, track):
+    """mem_id, mem_text: the "[memory]" instants of each span with mem.* attributes (not the
+    region), as JSON text."""
+    keys = [k for k in trace.strings if k.startswith("mem.")]
+    ids = set()
+    for key in keys:
+        ids.update(trace.attr_column(key)[0].tolist())
+    kinds = trace.kind_codes
+    ids = sorted(i for i in ids if kinds[i] != K["region"])
+    mem_at = _self_instants(trace, ids) if ids else {}
+    thread_idx = trace.thread_index
+    texts = []
+    for i in ids:
+        p_, t_ = track[thread_idx[i]]
+        lines = _memory_events(trace.attrs_of(i), p_, t_, _us(mem_at[i] - base_ns))
+        texts.append(",\n".join(lines).encode("utf-8", "replace") if lines else None)
+    return {"mem_id": _i64(ids), "mem_text": texts}
+
+
+def _json_cols(trace):
+    """json_sid, json_text: for each string that is the value of a list attribute (k.<arg>[],
+    the input attributes), its JSON as the reference writer re-writes it, None when it is not
+    JSON."""
+    keys = [k for k in trace.strings if k.startswith(ARG) and k.endswith("[]")]
+    keys += [src for src, _ in INPUT_ARGS if src in trace.strings]
+    want = set()
+    for key in keys:
+        _, vals = trace.attr_column(key)
+        if isinstance(vals, list):
+            want.update(v for v in vals if isinstance(v, str))
+    sids = sorted(i for i, s in enumerate(trace.strings) if s in want) if want else []
+    texts = []
+    for i in sids:
+        try:
+            texts.append(_dumps(json.loads(trace.strings[i])).encode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            texts.append(None)
+    return {"json_sid": np.array(sids, dtype=np.uint32), "json_text": texts}
+
+
+# -- the reference: the Python writer the C one replaced, kept for the tests that compare them
+# (tests/py/formats/test_json_writers.py) and for traces with values past int64
+def _reference_write(trace, path, *, base_ns=None, leveled=None):
+    """Writes trace as write does, one event at a time in Python."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace, leveled = trace.trace, trace.leveled_ns() if leveled is None else leveled
     text = "".join(_events_text(trace, base_ns, leveled or {}))
