@@ -49,8 +49,10 @@ typedef struct kval {
 
 typedef struct karg {
     const char *pre;            /* key prefix ("" or "xsp."), NUL-terminated */
+    size_t pn;                  /* its length */
     const char *k;              /* key bytes after it */
     size_t kn;                  /* their length */
+    int lit;                    /* nonzero: a rule's key, ASCII needing no escapes */
     kval v;                     /* the value */
 } karg;
 
@@ -118,14 +120,15 @@ static kval vint(int64_t i)
     return v;
 }
 
-static int key_eq(const karg *a, const char *pre, const char *k, size_t kn)
+static int key_eq(const karg *a, const char *pre, size_t pn, const char *k, size_t kn)
 {
-    size_t pa = strlen(a->pre), pb = strlen(pre);
-    if (pa + a->kn != pb + kn)
+    if (a->pn + a->kn != pn + kn)
         return 0;
-    for (size_t i = 0; i < pa + a->kn; i++) {
-        char ca = i < pa ? a->pre[i] : a->k[i - pa];
-        char cb = i < pb ? pre[i] : k[i - pb];
+    if (a->pn == pn)                    /* the usual case: compare the parts */
+        return memcmp(a->pre, pre, pn) == 0 && memcmp(a->k, k, kn) == 0;
+    for (size_t i = 0; i < pn + kn; i++) {
+        char ca = i < a->pn ? a->pre[i] : a->k[i - a->pn];
+        char cb = i < pn ? pre[i] : k[i - pn];
         if (ca != cb)
             return 0;
     }
@@ -133,24 +136,27 @@ static int key_eq(const karg *a, const char *pre, const char *k, size_t kn)
 }
 
 /* args[pre + k] = v (replace: when the key is there, its value is replaced, else appended) */
-static void put(ctx *x, const char *pre, const char *k, size_t kn, kval v, int replace)
+static void put(ctx *x, const char *pre, const char *k, size_t kn, kval v, int replace, int lit)
 {
+    size_t pn = strlen(pre);
     for (uint32_t i = 0; i < x->n_args; i++)
-        if (key_eq(&x->args[i], pre, k, kn)) {
+        if (key_eq(&x->args[i], pre, pn, k, kn)) {
             if (replace)
                 x->args[i].v = v;
             return;
         }
     karg *a = &x->args[x->n_args++];
     a->pre = pre;
+    a->pn = pn;
     a->k = k;
     a->kn = kn;
+    a->lit = lit;
     a->v = v;
 }
 
 static void set(ctx *x, const char *k, kval v)
 {
-    put(x, "", k, strlen(k), v, 1);
+    put(x, "", k, strlen(k), v, 1, 1);
 }
 
 static void write_val(xsp_jsonw *w, const kval *v)
@@ -352,13 +358,13 @@ static void attr_args(ctx *x, const xsp_span *s)
         const char *key = str_of(x->t, at[j].key, &n);
         kval v = attr_val(x->t, &at[j]);
         if (mode == M_K)
-            put(x, "", key + 2, n - 2, v, 1);
+            put(x, "", key + 2, n - 2, v, 1, 0);
         else if (mode == M_KLIST) {
             if (at[j].type == XSP_ATTR_STR)
                 json_of(x->c, at[j].v.s, &v);       /* not JSON: the string itself */
-            put(x, "", key + 2, n - 4, v, 1);
+            put(x, "", key + 2, n - 4, v, 1, 0);
         } else if (mode == M_OTHER)
-            put(x, "xsp.", key, n, v, 0);
+            put(x, "xsp.", key, n, v, 0, 0);
     }
 }
 
@@ -458,8 +464,14 @@ static void write_event(ctx *x, uint32_t i, int64_t *step_cur, int64_t *lev_cur,
         const karg *a = &x->args[j];
         if (j)
             xsp_jsonw_raw(w, ", ", 2);
-        xsp_jsonw_str2(w, a->pre, a->k, a->kn);
-        xsp_jsonw_raw(w, ": ", 2);
+        if (a->lit) {
+            xsp_jsonw_raw(w, "\"", 1);
+            xsp_jsonw_raw(w, a->k, a->kn);
+            xsp_jsonw_raw(w, "\": ", 3);
+        } else {
+            xsp_jsonw_str2(w, a->pre, a->k, a->kn);
+            xsp_jsonw_raw(w, ": ", 2);
+        }
         write_val(w, &a->v);
     }
     xsp_jsonw_lit(w, "}}");
