@@ -3,8 +3,8 @@
  *
  * Multi-phase initialisation, module state (tracedata.h) instead of globals, public API only.
  * What Python calls here is the cold path (sessions: sessionmod.c; load; build: tracebuild.c)
- * plus begin/end for the module spans the Python wrapper of record_shapes / profile_memory
- * records itself; per-op recording never passes through here:
+ * plus begin/end for the spans Python begins itself (model spans, compile spans); per-op
+ * recording never passes through here:
  * the torch shim calls the core directly through the function table exported as the capsule
  * "xsp._core._C_API" (xsp_api.h).
  */
@@ -29,6 +29,7 @@
 #include "modsites.h"
 #include "pystack.h"
 #include "sessionmod.h"
+#include "sessionopts.h"
 #include "tracebuild.h"
 #include "tracedata.h"
 
@@ -436,10 +437,10 @@ static int core_exec(PyObject *m)
     Py_XDECREF(mc_type);
     if (mc_rc < 0)
         return -1;
-    PyObject *sh_type = PyType_FromModuleAndSpec(m, &xsp_shield_spec, NULL);
-    int sh_rc = sh_type ? PyModule_AddType(m, (PyTypeObject *)sh_type) : -1;
-    Py_XDECREF(sh_type);
-    if (sh_rc < 0)
+    PyObject *so_type = PyType_FromModuleAndSpec(m, &xsp_sessionopts_spec, NULL);
+    int so_rc = so_type ? PyModule_AddType(m, (PyTypeObject *)so_type) : -1;
+    Py_XDECREF(so_type);
+    if (so_rc < 0)
         return -1;
     PyObject *si_type = PyType_FromModuleAndSpec(m, &xsp_sites_spec, NULL);
     int si_rc = si_type ? PyModule_AddType(m, (PyTypeObject *)si_type) : -1;

@@ -2,12 +2,13 @@
  * modcall.c: xsp._core.ModuleCall, the nn.Module.__call__ wrapper of levels M and L, in C.
  *
  * While a profile records M or L, its session (sessionmod.c) replaces nn.Module.__call__ with
- * one of these objects, made by xsp/producers/profiler.py (_ModuleCalls) and given the __call__ it wraps
- * at the session's start (the one in place then).  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR),
- * so CPython calls it unbound with the module first, as it calls a Python function, and a
- * vectorcall: a nested module call costs one dict lookup, the core's begin and end, and the
- * call of the wrapped __call__, with no Python frame of ours.  (The Python wrapper it replaces
- * cost 0.6-1.4 us per call; docs/performance.md.)
+ * one of these objects, made by xsp/producers/profiler.py (_ModuleCalls) and given the __call__
+ * it wraps at the session's start (the one in place then); it is the one wrapper, whatever the
+ * profile's options.  It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR), so CPython
+ * calls it unbound with the module first, as it calls a Python function, and a vectorcall: a
+ * nested module call costs one dict lookup, the core's begin and end, and the call of the
+ * wrapped __call__, with no Python frame of ours.  (A wrapper written in Python cost 0.6-1.4 us
+ * per call.)
  *
  * Per thread, a small C11 thread-local state: the number of open module calls and the
  * qualified-name map {id(module): "layer1.0.conv1"} of the current top-level (model) call.  The
@@ -29,11 +30,25 @@
  * gets its "source" and "call_site" attributes at stop; a nested call of level M only, which
  * begins no span, looks nothing up.
  *
+ * record_shapes / profile_memory: a wrapper made with enter and leave calls them around the
+ * forward of each call that began a span, and only then: enter(module, *args, **kwargs), with
+ * the call's own arguments, returns a record that the Python side keeps in its side table (in
+ * begin order per thread: the input shapes, the memory allocated at entry), and leave(record)
+ * after the forward, whatever it raised (the exception in flight is saved and restored around
+ * it), completes it (the memory delta).  Their failures are counted as the other helpers' are;
+ * a KeyboardInterrupt in leave replaces the call's result, as a `finally` would.  Without them
+ * the path is the common one, one pointer test longer.
+ *
+ * What the session reads at stop comes from here, passed, not looked up: the failures counted
+ * (hook_errors: the C paths' and the Python helpers', which report theirs by count_error()) and
+ * the call-site table (xsp_modulecall_errors, xsp_modulecall_sites).
+ *
  * The wrapper's begin and end pair up in its own C frame, so an exception from the forward
  * (KeyboardInterrupt included) still ends the span.  `on` turns it into a plain forwarder once
  * the profile stops, in case another tool wrapped __call__ after us.
  */
 #include "modcall.h"
+#include "pyexc.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -51,6 +66,9 @@ typedef struct {
     PyObject *name_of;          /* name_of(module) -> (name, names) (strong) */
     PyObject *new_thread;       /* new_thread() -> None (strong) */
     PyObject *sites;            /* the ModuleSites of the profile (strong), or NULL: a0 -1 */
+    PyObject *enter;            /* enter(module, *args, **kwargs) -> record (strong), or NULL:
+                                 * no shapes or memory recorded */
+    PyObject *leave;            /* leave(record) (strong); set with enter */
     uint64_t serial;            /* identifies the per-thread state made for this wrapper */
     int record_modules;         /* 1: nested calls get module spans (level L) */
     _Atomic int on;             /* 1 while the profile records; set by set_on() */
@@ -77,7 +95,7 @@ uint64_t xsp_py_new_key(void)
 
 /* A helper failed: an Exception is counted and cleared (bookkeeping never changes what the
  * model does); anything else (KeyboardInterrupt, SystemExit) is left set and *stop becomes 1,
- * so the call raises it before the forward runs, as the Python wrapper did. */
+ * so the call raises it before the forward runs. */
 static void count_error(xsp_ModuleCallObject *self, int *stop)
 {
     if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
@@ -90,7 +108,7 @@ static void count_error(xsp_ModuleCallObject *self, int *stop)
 
 /* Takes a (x, dict) pair returned by a Python helper: makes the dict the thread's names map
  * and returns x (borrowed from the pair, which the caller releases), or NULL (counted; the map
- * is then emptied, as the Python wrapper did). */
+ * is then emptied). */
 static PyObject *take_pair(xsp_ModuleCallObject *self, PyObject *pair, int *stop)
 {
     if (pair == NULL || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
@@ -189,6 +207,34 @@ static uint64_t begin_call(xsp_ModuleCallObject *self, PyObject *module, int *st
     return key;
 }
 
+/* After the forward of a call that enter() recorded: leave(rec), with the forward's
+ * exception (res NULL) saved and restored around it.  Returns res, or NULL with the exception
+ * that leave raised when it is not an Exception (res is then released, the forward's exception
+ * becomes its context).  Steals rec and res. */
+static PyObject *call_leave(xsp_ModuleCallObject *self, PyObject *rec, PyObject *res)
+{
+    PyObject *exc = res == NULL ? xsp_take_exc() : NULL;
+    PyObject *r = PyObject_CallOneArg(self->leave, rec);
+    Py_DECREF(rec);
+    if (r != NULL) {
+        Py_DECREF(r);
+    } else {
+        int stop = 0;
+        count_error(self, &stop);
+        if (stop) {                         /* an interrupt: it wins, as in a `finally` */
+            Py_XDECREF(res);
+            if (exc != NULL) {
+                PyObject *now = xsp_take_exc();
+                PyException_SetContext(now, exc);   /* steals exc */
+                xsp_give_exc(now);
+            }
+            return NULL;
+        }
+    }
+    xsp_give_exc(exc);
+    return res;
+}
+
 static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames)
 {
@@ -198,6 +244,12 @@ static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
         return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
     int stop = 0;
     uint64_t key = begin_call(self, args[0], &stop);
+    PyObject *rec = NULL;
+    if (key != 0 && self->enter != NULL && !stop) {  /* shapes / memory: the call's record */
+        rec = PyObject_Vectorcall(self->enter, args, nargsf, kwnames);
+        if (rec == NULL)
+            count_error(self, &stop);
+    }
     if (stop) {                             /* Ctrl-C (or the like) inside our bookkeeping */
         if (key != 0)
             xsp_rec_end(key, 0);
@@ -208,23 +260,32 @@ static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
     PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
     if (tls_serial == serial)   /* a newer wrapper may have reset this thread meanwhile */
         tls_depth--;
+    if (rec != NULL)
+        res = call_leave(self, rec, res);
     if (key != 0)
         xsp_rec_end(key, 0);   /* no Python, cannot raise: the forward's exception stays */
     return res;
 }
 
-/* ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None) */
+/* ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None, enter=None,
+ *            leave=None) */
 static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"orig", "top", "name_of", "new_thread", "record_modules", "sites",
-                             NULL};
-    PyObject *orig, *top, *name_of, *new_thread, *sites = Py_None;
+                             "enter", "leave", NULL};
+    PyObject *orig, *top, *name_of, *new_thread, *sites = Py_None, *enter = Py_None,
+             *leave = Py_None;
     int record_modules;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOp|O:ModuleCall", kwlist, &orig, &top,
-                                     &name_of, &new_thread, &record_modules, &sites))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOp|OOO:ModuleCall", kwlist, &orig, &top,
+                                     &name_of, &new_thread, &record_modules, &sites, &enter,
+                                     &leave))
         return NULL;
     if (sites != Py_None && !xsp_sites_is(sites))
         return PyErr_Format(PyExc_TypeError, "ModuleCall: sites must be a ModuleSites or None");
+    if ((enter == Py_None) != (leave == Py_None)
+        || (enter != Py_None && (!PyCallable_Check(enter) || !PyCallable_Check(leave))))
+        return PyErr_Format(PyExc_TypeError, "ModuleCall: enter and leave are two callables, "
+                            "or both None");
     if (!PyCallable_Check(orig) || !PyCallable_Check(top) || !PyCallable_Check(name_of)
         || !PyCallable_Check(new_thread))
         return PyErr_Format(PyExc_TypeError, "ModuleCall: orig, top, name_of and new_thread "
@@ -238,6 +299,8 @@ static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->name_of = Py_NewRef(name_of);
     self->new_thread = Py_NewRef(new_thread);
     self->sites = sites == Py_None ? NULL : Py_NewRef(sites);
+    self->enter = enter == Py_None ? NULL : Py_NewRef(enter);
+    self->leave = leave == Py_None ? NULL : Py_NewRef(leave);
     self->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     self->record_modules = record_modules;
     atomic_store_explicit(&self->on, 1, memory_order_relaxed);
@@ -253,6 +316,8 @@ static int mc_traverse(xsp_ModuleCallObject *self, visitproc visit, void *arg)
     Py_VISIT(self->name_of);
     Py_VISIT(self->new_thread);
     Py_VISIT(self->sites);
+    Py_VISIT(self->enter);
+    Py_VISIT(self->leave);
     return 0;
 }
 
@@ -263,6 +328,8 @@ static int mc_clear(xsp_ModuleCallObject *self)
     Py_CLEAR(self->name_of);
     Py_CLEAR(self->new_thread);
     Py_CLEAR(self->sites);
+    Py_CLEAR(self->enter);
+    Py_CLEAR(self->leave);
     return 0;
 }
 
@@ -302,8 +369,8 @@ static int is_compiled_module(PyObject *obj)
     return 0;
 }
 
-/* The attribute read of a wrapper `self` of the __call__ `orig` (both descriptors' rule, see
- * above): the wrapper on the class and for a compiled module, orig bound elsewhere. */
+/* The attribute read of the wrapper `self` of the __call__ `orig` (see above): the wrapper on
+ * the class and for a compiled module, orig bound elsewhere. */
 static PyObject *bind_call(PyObject *self, PyObject *orig, PyObject *obj)
 {
     if (obj == NULL || obj == Py_None)
@@ -341,6 +408,17 @@ void xsp_modulecall_set_orig(PyObject *o, PyObject *orig)
 long long xsp_modulecall_errors(PyObject *o)
 {
     return atomic_load_explicit(&((xsp_ModuleCallObject *)o)->errors, memory_order_relaxed);
+}
+
+PyObject *xsp_modulecall_sites(PyObject *o)
+{
+    return ((xsp_ModuleCallObject *)o)->sites;
+}
+
+static PyObject *mc_count_error(xsp_ModuleCallObject *self, PyObject *Py_UNUSED(ignored))
+{
+    atomic_fetch_add_explicit(&self->errors, 1, memory_order_relaxed);
+    Py_RETURN_NONE;
 }
 
 static PyObject *mc_set_on(xsp_ModuleCallObject *self, PyObject *arg)
@@ -384,6 +462,8 @@ static PyMethodDef mc_methods[] = {
      "set_on(flag): record (True) or only forward (False)."},
     {"depth", (PyCFunction)mc_depth, METH_NOARGS,
      "depth() -> open module calls on the calling thread."},
+    {"count_error", (PyCFunction)mc_count_error, METH_NOARGS,
+     "count_error(): one failure in the Python bookkeeping, counted in errors (hook_errors)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -412,8 +492,9 @@ static PyType_Slot mc_slots[] = {
     {Py_tp_methods, mc_methods},
     {Py_tp_getset, mc_getset},
     {Py_tp_members, mc_members},
-    {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None): "
-                "xsp's nn.Module.__call__ wrapper (see xsp/producers/profiler.py)."},
+    {Py_tp_doc, "ModuleCall(orig, top, name_of, new_thread, record_modules, sites=None, "
+                "enter=None, leave=None): xsp's nn.Module.__call__ wrapper (see "
+                "xsp/producers/profiler.py)."},
     {0, NULL},
 };
 
@@ -423,119 +504,4 @@ PyType_Spec xsp_modulecall_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
              | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = mc_slots,
-};
-
-
-/* -- CallShield: the Python wrapper's face ---------------------------------------------------
- * The Python wrapper (recording shapes or memory, xsp/producers/profiler.py) is a function; installed as
- * it is, module.__call__ would be it bound, which Dynamo traces and breaks on.  CallShield(fn,
- * orig) is a method descriptor that calls fn unbound, as CPython calls the function (so
- * module(x) reaches fn), and whose attribute access on an instance gives orig bound, as
- * ModuleCall's does (mc_descr_get). */
-typedef struct {
-    PyObject_HEAD
-    PyObject *fn;               /* the Python wrapper (strong) */
-    PyObject *orig;             /* the __call__ it wraps, for attribute reads (strong) */
-    vectorcallfunc vectorcall;  /* sh_vectorcall */
-} xsp_ShieldObject;
-
-static PyObject *sh_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
-                               PyObject *kwnames)
-{
-    return PyObject_Vectorcall(((xsp_ShieldObject *)op)->fn, args, nargsf, kwnames);
-}
-
-static PyObject *sh_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
-{
-    PyObject *fn, *orig;
-    if (kwds && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "CallShield takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "OO:CallShield", &fn, &orig))
-        return NULL;
-    if (!PyCallable_Check(fn) || !PyCallable_Check(orig)) {
-        PyErr_SetString(PyExc_TypeError, "CallShield(fn, orig): two callables");
-        return NULL;
-    }
-    xsp_ShieldObject *self = (xsp_ShieldObject *)tp->tp_alloc(tp, 0);
-    if (!self)
-        return NULL;
-    self->fn = Py_NewRef(fn);
-    self->orig = Py_NewRef(orig);
-    self->vectorcall = sh_vectorcall;
-    return (PyObject *)self;
-}
-
-static int sh_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    xsp_ShieldObject *self = (xsp_ShieldObject *)op;
-    Py_VISIT(Py_TYPE(op));
-    Py_VISIT(self->fn);
-    Py_VISIT(self->orig);
-    return 0;
-}
-
-static int sh_clear(PyObject *op)
-{
-    xsp_ShieldObject *self = (xsp_ShieldObject *)op;
-    Py_CLEAR(self->fn);
-    Py_CLEAR(self->orig);
-    return 0;
-}
-
-static void sh_dealloc(PyObject *op)
-{
-    PyTypeObject *tp = Py_TYPE(op);
-    PyObject_GC_UnTrack(op);
-    sh_clear(op);
-    tp->tp_free(op);
-    Py_DECREF(tp);
-}
-
-static PyObject *sh_descr_get(PyObject *op, PyObject *obj, PyObject *type)
-{
-    (void)type;
-    return bind_call(op, ((xsp_ShieldObject *)op)->orig, obj);
-}
-
-static PyObject *sh_get_wrapped(PyObject *op, void *Py_UNUSED(closure))
-{
-    return Py_NewRef(((xsp_ShieldObject *)op)->orig);
-}
-
-static PyGetSetDef sh_getset[] = {
-    {"__wrapped__", sh_get_wrapped, NULL, "the __call__ wrapped", NULL},
-    {"__qualname__", mc_get_qualname, NULL, "what tracebacks and inspect show", NULL},
-    {"__name__", mc_get_name, NULL, "__call__, as the function it replaces", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMemberDef sh_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(xsp_ShieldObject, vectorcall), READONLY,
-     NULL},
-    {"fn", T_OBJECT, offsetof(xsp_ShieldObject, fn), READONLY, "the Python wrapper"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot sh_slots[] = {
-    {Py_tp_new, sh_new},
-    {Py_tp_dealloc, sh_dealloc},
-    {Py_tp_traverse, sh_traverse},
-    {Py_tp_clear, sh_clear},
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_descr_get, sh_descr_get},
-    {Py_tp_getset, sh_getset},
-    {Py_tp_members, sh_members},
-    {Py_tp_doc, "CallShield(fn, orig): calls fn as nn.Module.__call__; module.__call__ reads "
-                "give orig bound (see modcall.c)."},
-    {0, NULL},
-};
-
-PyType_Spec xsp_shield_spec = {
-    .name = "xsp._core.CallShield",
-    .basicsize = sizeof(xsp_ShieldObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
-             | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = sh_slots,
 };

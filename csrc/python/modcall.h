@@ -14,10 +14,6 @@
 /* The type's spec. */
 extern PyType_Spec xsp_modulecall_spec;
 
-/* xsp._core.CallShield(fn, orig): the Python wrapper's face as nn.Module.__call__ (modcall.c):
- * calls fn unbound; module.__call__ reads give orig bound. */
-extern PyType_Spec xsp_shield_spec;
-
 /* 1 when o is a ModuleCall, else 0. Cannot fail. */
 int xsp_modulecall_is(PyObject *o);
 
@@ -25,10 +21,13 @@ int xsp_modulecall_is(PyObject *o);
  * set_on turns recording on (1) or makes the wrapper a plain forwarder (0); set_orig makes it
  * wrap orig (a new reference is taken and the old one released: the old one is a __call__ that
  * was the class attribute when the profile was made, which may be freed here; functions run no
- * finaliser); errors is the failures counted in its bookkeeping. */
+ * finaliser); errors is the failures counted in its bookkeeping, in C and reported by the
+ * Python helpers (count_error()), for meta hook_errors; sites is its ModuleSites (borrowed:
+ * the wrapper keeps it for its life), or NULL when it was made without one. */
 void xsp_modulecall_set_on(PyObject *o, int on);
 void xsp_modulecall_set_orig(PyObject *o, PyObject *orig);
 long long xsp_modulecall_errors(PyObject *o);
+PyObject *xsp_modulecall_sites(PyObject *o);
 
 /* A new key for a span begun from Python or from the module wrapper: bit 55 set, so it never
  * equals an object address (the torch shim's keys, below 2^47), and below 2^56 as the core

@@ -9,9 +9,9 @@
  *
  * A site is (the calling frame's code object, its instruction offset, type(module)): the
  * same call expression calling modules of one class is one site, so a model's sites are a
- * few hundred at most whatever the number of calls.  Both module wrappers look a recorded
- * call's site up here (the C one, modcall.c, per call through xsp_sites_lookup; the Python
- * one of record_shapes / profile_memory through here()), and pass its index as the span's a0;
+ * few hundred at most whatever the number of calls.  The module wrapper (modcall.c) looks a
+ * recorded call's site up here, per call through xsp_sites_lookup (Python code can ask the
+ * same through here(), for a call made by its caller), and passes its index as the span's a0;
  * the merge makes a0 the span's integer attribute "site" (core/merge.c), and at stop the
  * session (sessionmod.c, decorate) calls xsp_sites_attach, which turns "site" into "source"
  * and "call_site".  The table belongs to one profile (xsp/producers/profiler.py, _ModuleCalls) and
@@ -435,8 +435,8 @@ static Py_ssize_t sites_len(PyObject *op)
 static PyMethodDef sites_methods[] = {
     {"here", sites_here, METH_O,
      "here(module) -> int: the site of a call of module by the Python function that called "
-     "the function calling here() (what the Python module wrapper passes as its span's a0); "
-     "-1 when there is none or it cannot be stored."},
+     "the function calling here() (what a module wrapper written in Python would pass as its "
+     "span's a0); -1 when there is none or it cannot be stored."},
     {"site", sites_site, METH_O,
      "site(i) -> (source, call_site): site i's 'file:line' strings (source None when the "
      "class's forward is not a Python function).  IndexError when out of range."},

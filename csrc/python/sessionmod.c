@@ -13,8 +13,7 @@
  *   gpu (early)   CUPTI, through gpu/gpu_source.c
  *   sync (late)   a Python callable run at stop that synchronises the CUDA devices, so that
  *                 the GPU flush gets every record; its message becomes meta "sync_error"
- *   modules       installs the nn.Module.__call__ wrapper (a ModuleCall, or the Python wrapper
- *                 of record_shapes/profile_memory, which reads [on, orig] from a list) by a
+ *   modules       installs the nn.Module.__call__ wrapper (a ModuleCall, modcall.c) by a
  *                 plain type attribute store, and at stop turns it off and puts the original
  *                 back when it is still the class attribute
  *   torch         attaches the shim's RecordFunction callback (xsp._torch's capsule, xsp_api.h)
@@ -24,10 +23,18 @@
  * block ended), thread names, and the shapes and memory attributes of module spans.  The trace
  * comes back as a TraceData that never changes (tracedata.c).
  *
+ * The contract with Python is passed, not discovered: _setup takes one SessionOptions
+ * (sessionopts.h), made by xsp/producers/profiler.py, and keeps its own references to what it
+ * needs, among them the tables the stop reads (thread names, the side table, torch.compile's
+ * attribute tables: dicts that Python fills in place) and the ModuleCall, whose counter and
+ * call-site table give hook_errors and the spans' source lines.  Stop reads no attribute of
+ * any Python object.
+ *
  * Stop runs Python code only for level G (the sync callable); it is a callout: an Exception it
  * raises becomes a message in the trace, anything else (KeyboardInterrupt, SystemExit: a second
  * Ctrl-C during stop) is kept and raised once stop is complete and the trace stored, with meta
- * "interrupted" saying so.  Thread names come from threading._active, read in C.  A Ctrl-C during the merge itself (long for
+ * "interrupted" saying so.  Thread names come from the dict Python fills as it sees threads
+ * (before the start, and at each thread's first module call).  A Ctrl-C during the merge itself (long for
  * large traces, run without the GIL) is delivered by CPython after __exit__ returns.  If the
  * merge runs out of memory the trace is lost, and the exception says so (TraceLostError, or a
  * note on the pending interrupt).
@@ -55,6 +62,7 @@
 #include "pystack.h"
 #include "sessionfork.h"
 #include "sessionobj.h"
+#include "sessionopts.h"
 #include "sessionsched.h"
 #include "tracedata.h"
 #include "tracefinish.h"
@@ -121,10 +129,7 @@ static PyObject *type_dict(PyObject *type)
  * 0, or -1 with an exception set (MemoryError). */
 int xsp_pysession_unwrap(xsp_pysession *self)
 {
-    if (xsp_modulecall_is(self->wrapper))
-        xsp_modulecall_set_on(self->wrapper, 0);
-    if (self->cell && PyList_SetItem(self->cell, 0, Py_NewRef(Py_False)) < 0)
-        return -1;
+    xsp_modulecall_set_on(self->wrapper, 0);
     PyObject *d = type_dict(self->module_type);
     PyObject *cur = d ? PyDict_GetItemString(d, "__call__") : NULL;   /* borrowed */
     if (cur == self->wrapper && self->orig)
@@ -142,22 +147,14 @@ static int modules_start(void *ctx, char *err, size_t errlen)
         return -1;
     }
     Py_XSETREF(self->orig, Py_NewRef(orig));
-    if (xsp_modulecall_is(self->wrapper)) {
-        xsp_modulecall_set_orig(self->wrapper, orig);
-        xsp_modulecall_set_on(self->wrapper, 1);
-    }
-    if (self->cell && (PyList_SetItem(self->cell, 1, Py_NewRef(orig)) < 0
-                       || PyList_SetItem(self->cell, 0, Py_NewRef(Py_True)) < 0))
-        goto fail;
-    if (PyObject_SetAttrString(self->module_type, "__call__", self->wrapper) < 0)
-        goto fail;
-    return 0;
-fail:;
+    xsp_modulecall_set_orig(self->wrapper, orig);
+    xsp_modulecall_set_on(self->wrapper, 1);
+    if (PyObject_SetAttrString(self->module_type, "__call__", self->wrapper) == 0)
+        return 0;
     PyObject *exc = xsp_take_exc();
     exc_text(exc, err, errlen);
     Py_XDECREF(exc);
-    if (xsp_modulecall_is(self->wrapper))
-        xsp_modulecall_set_on(self->wrapper, 0);
+    xsp_modulecall_set_on(self->wrapper, 0);
     return -1;
 }
 
@@ -402,44 +399,29 @@ static void overhead_meta(xsp_pysession *self, xsp_trace *t)
     PyErr_Clear();
 }
 
-/* Everything the trace says besides its spans, in C on the finished trace: this profile's
- * meta, hook_errors, how the block ended, thread names, the side table.  No Python code runs.
- * Failures here lose a detail, never the trace. */
+/* Everything the trace says besides its spans, in C on the finished trace, from the objects
+ * _setup was given: this profile's meta, hook_errors (the wrapper's counter), the call sites
+ * (the wrapper's table), thread names, the side table, torch.compile's tables, how the block
+ * ended.  No attribute lookup, no Python code.  Failures here lose a detail, never the
+ * trace. */
 void xsp_pysession_decorate(xsp_pysession *self, xsp_trace *t, PyObject *block_exc)
 {
     xsp_py_meta_from(t, self->meta);
     if (self->module_type) {
-        long long errors = xsp_modulecall_is(self->wrapper)
-                               ? xsp_modulecall_errors(self->wrapper) : 0;
-        /* the instance dict itself: an attribute lookup could run a property's Python */
-        PyObject *d = self->hook_owner ? PyObject_GenericGetDict(self->hook_owner, NULL) : NULL;
-        PyObject *e = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_errors") : NULL;
-        if (e && PyLong_Check(e))
-            errors += PyLong_AsLongLong(e);
         /* the call sites of the module spans become their source and call_site attributes */
-        PyObject *sites = d && PyDict_Check(d) ? PyDict_GetItemString(d, "sites") : NULL;
+        PyObject *sites = xsp_modulecall_sites(self->wrapper);
         char serr[256];
-        if (sites && xsp_sites_is(sites) && xsp_sites_attach(sites, t, serr, sizeof serr) != 0)
+        if (sites && xsp_sites_attach(sites, t, serr, sizeof serr) != 0)
             xsp_trace_set_meta_str(t, "source_error", serr);
-        Py_XDECREF(d);
-        PyErr_Clear();
-        xsp_trace_set_meta_int(t, "hook_errors", errors);
+        xsp_trace_set_meta_int(t, "hook_errors", xsp_modulecall_errors(self->wrapper));
     }
     xsp_py_name_threads(t, self->names);
-    if (self->threads)
-        xsp_py_name_live_threads(t, self->threads);
     if (self->side && PyDict_Check(self->side) && xsp_py_attach_side(t, self->side) != 0)
         xsp_trace_set_meta_str(t, "attrs_error", "out of memory while attaching attributes");
-    {   /* xsp/producers/dynamo.py's tables (compile spans, source modules in compiled regions), read
-         * from the instance dict itself: an attribute lookup could run Python */
-        PyObject *d = PyObject_GenericGetDict((PyObject *)self, NULL);
-        PyObject *spec = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_span_attrs") : NULL;
-        if (spec && xsp_py_attach_tables(t, spec) != 0)
-            xsp_trace_set_meta_str(t, "attrs_error", "torch.compile attributes: out of memory, "
-                                   "or a span already had the attribute");
-        Py_XDECREF(d);
-        PyErr_Clear();
-    }
+    /* xsp/producers/dynamo.py's tables (compile spans, source modules in compiled regions) */
+    if (self->span_attrs && xsp_py_attach_tables(t, self->span_attrs) != 0)
+        xsp_trace_set_meta_str(t, "attrs_error", "torch.compile attributes: out of memory, "
+                               "or a span already had the attribute");
     if (block_exc && block_exc != Py_None) {
         int interrupt = !PyObject_TypeCheck(block_exc, (PyTypeObject *)PyExc_Exception);
         char what[256];
@@ -542,36 +524,21 @@ static char *dup_cstr(const char *s)
 }
 
 
-/* _setup(levels, region=None, *, max_bytes=0, pool_bytes=0, gpu=False, gpu_max_bytes=0,
- *        gpu_share=False, gpu_fallback=False, module_type=None, wrapper=None, cell=None,
- *        torch=None, sync=None, names=None, threads=None, side=None, hook_owner=None,
- *        meta=None, where=None, schedule=None, on_trace_ready=None, torch_options=0,
- *        stack=None) */
-static PyObject *sess_setup(xsp_pysession *self, PyObject *args, PyObject *kw)
+/* _setup(options): configures the session from a SessionOptions (sessionopts.h), before its
+ * start, once.  Checks every field, then keeps strong references to the objects it needs
+ * (later writes to the options change nothing).  Returns None, or raises with the session
+ * unchanged (TypeError, ValueError, SessionStateError, SourceError for a shim of another
+ * build). */
+static PyObject *sess_setup(xsp_pysession *self, PyObject *arg)
 {
-    static char *kwlist[] = {"levels", "region", "max_bytes", "pool_bytes", "gpu",
-                             "gpu_max_bytes", "gpu_share", "gpu_fallback", "module_type",
-                             "wrapper", "cell", "torch", "sync", "names", "threads", "side",
-                             "hook_owner", "meta", "where", "schedule", "on_trace_ready",
-                             "torch_options", "stack", NULL};
-    const char *levels, *region = NULL;
-    unsigned long long max_bytes = 0, pool_bytes = 0, gpu_max = 0;
-    int gpu = 0, share = 0, fallback = 0;
-    PyObject *module_type = Py_None, *wrapper = Py_None, *cell = Py_None, *torch = Py_None,
-             *sync = Py_None, *names = Py_None, *more = Py_None, *side = Py_None,
-             *owner = Py_None, *meta = Py_None, *where = Py_None, *sched = Py_None,
-             *ready = Py_None, *stack = Py_None;
-    unsigned int topts = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z$KKpKppOOOOOOOOOOOOOIO:_setup", kwlist,
-                                     &levels, &region, &max_bytes, &pool_bytes, &gpu, &gpu_max,
-                                     &share, &fallback, &module_type, &wrapper, &cell, &torch,
-                                     &sync, &names, &more, &side, &owner, &meta, &where, &sched,
-                                     &ready, &topts, &stack))
-        return NULL;
-    if (stack != Py_None && !xsp_pystack_is(stack))
-        return PyErr_Format(PyExc_TypeError, "_setup: stack must be a PyStack or None");
-    if (topts & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY))
-        return PyErr_Format(PyExc_ValueError, "_setup: unknown torch_options %u", topts);
+    if (!xsp_sessionopts_is(arg))
+        return PyErr_Format(PyExc_TypeError, "_setup: options must be an "
+                            "xsp._core.SessionOptions, not %s", Py_TYPE(arg)->tp_name);
+    const xsp_pysessionopts *o = (const xsp_pysessionopts *)arg;
+    PyObject *module_type = xsp_opt(o->module_type), *wrapper = xsp_opt(o->wrapper),
+             *torch = xsp_opt(o->torch), *sched = xsp_opt(o->schedule),
+             *ready = xsp_opt(o->on_trace_ready), *stack = xsp_opt(o->stack),
+             *sync = xsp_opt(o->sync), *region_o = xsp_opt(o->region);
     xsp_core_state *st = xsp_pysession_state((PyObject *)self);
     if (!st)
         return NULL;
@@ -579,23 +546,45 @@ static PyObject *sess_setup(xsp_pysession *self, PyObject *args, PyObject *kw)
         PyErr_SetString(st->state_error, "_setup: this session is set up already");
         return NULL;
     }
+    const char *levels = o->levels && PyUnicode_Check(o->levels)
+                             ? PyUnicode_AsUTF8(o->levels) : NULL;
+    const char *region = region_o && PyUnicode_Check(region_o)
+                             ? PyUnicode_AsUTF8(region_o) : NULL;
+    if (PyErr_Occurred())
+        return NULL;
+    if (!levels || (region_o && !region))
+        return PyErr_Format(PyExc_TypeError, "_setup: levels must be a str, region a str or "
+                            "None");
     if (strlen(levels) >= sizeof self->levels)
         return PyErr_Format(PyExc_ValueError, "_setup: levels %s is too long", levels);
-    if ((module_type == Py_None) != (wrapper == Py_None)
-        || (module_type != Py_None && !PyType_Check(module_type)))
-        return PyErr_Format(PyExc_TypeError, "_setup: module_type (a class) and wrapper go "
-                            "together");
-    if (cell != Py_None && (!PyList_Check(cell) || PyList_GET_SIZE(cell) != 2))
-        return PyErr_Format(PyExc_TypeError, "_setup: cell must be a list [on, orig]");
+    if (stack && !xsp_pystack_is(stack))
+        return PyErr_Format(PyExc_TypeError, "_setup: stack must be a PyStack or None");
+    if (o->torch_options & ~(XSP_TORCH_INPUTS | XSP_TORCH_MEMORY))
+        return PyErr_Format(PyExc_ValueError, "_setup: unknown torch_options %u",
+                            o->torch_options);
+    if ((module_type == NULL) != (wrapper == NULL) || (module_type && !PyType_Check(module_type))
+        || (wrapper && !xsp_modulecall_is(wrapper)))
+        return PyErr_Format(PyExc_TypeError, "_setup: module_type (a class) and wrapper (a "
+                            "ModuleCall) go together");
+    if (sync && !PyCallable_Check(sync))
+        return PyErr_Format(PyExc_TypeError, "_setup: sync must be a callable or None");
+#define DICT_OR_NONE(f)                                                                      \
+    if (xsp_opt(o->f) && !PyDict_CheckExact(o->f))                                           \
+        return PyErr_Format(PyExc_TypeError, "_setup: " #f " must be a dict or None");
+    DICT_OR_NONE(meta)
+    DICT_OR_NONE(thread_names)
+    DICT_OR_NONE(side)
+    DICT_OR_NONE(span_attrs)
+#undef DICT_OR_NONE
     xsp_schedule sc = {0};
-    if (sched != Py_None && xsp_pysched_parse(sched, &sc) < 0)
+    if (sched && xsp_pysched_parse(sched, &sc) < 0)
         return NULL;
-    if (ready != Py_None && (sched == Py_None || !PyCallable_Check(ready)))
+    if (ready && (!sched || !PyCallable_Check(ready)))
         return PyErr_Format(PyExc_TypeError, "_setup: on_trace_ready must be a callable, and "
                             "goes with a schedule");
-    if (torch != Py_None && !PyCapsule_IsValid(torch, XSP_TORCH_API_CAPSULE))
+    if (torch && !PyCapsule_IsValid(torch, XSP_TORCH_API_CAPSULE))
         return PyErr_Format(PyExc_TypeError, "_setup: torch must be xsp._torch._C_API");
-    if (torch != Py_None) {
+    if (torch) {
         const xsp_torch_api *api = PyCapsule_GetPointer(torch, XSP_TORCH_API_CAPSULE);
         if (!api || api->version != XSP_ABI_VERSION || api->size != sizeof *api)
             return PyErr_Format(st->source_error, "xsp._torch is from another build than "
@@ -605,34 +594,33 @@ static PyObject *sess_setup(xsp_pysession *self, PyObject *args, PyObject *kw)
                                 api ? (unsigned)api->size : 0u, (unsigned)XSP_ABI_VERSION,
                                 (unsigned)sizeof *api);
     }
-    if (region && !(self->region = dup_cstr(region)))
-        return PyErr_NoMemory();
-    snprintf(self->levels, sizeof self->levels, "%s", levels);
-    self->core = (xsp_config){.max_bytes = max_bytes, .pool_bytes = pool_bytes,
-                              .adopt_roots = 1};
-    self->gpu = gpu;
-    self->gpu_max = gpu_max;
-    self->gpu_share = share;
-    self->gpu_fallback = fallback;
-    self->torch_opts = topts;
-    self->sched = sc;
-    if (sched != Py_None && ready == Py_None && !(self->traces = PyList_New(0)))
+    if (sched && !ready && !(self->traces = PyList_New(0)))
         return NULL;
+    if (region && !(self->region = dup_cstr(region))) {
+        Py_CLEAR(self->traces);
+        return PyErr_NoMemory();
+    }
+    snprintf(self->levels, sizeof self->levels, "%s", levels);
+    self->core = (xsp_config){.max_bytes = o->max_bytes, .adopt_roots = 1};
+    self->gpu = o->gpu;
+    self->gpu_max = o->gpu_max_bytes;
+    self->gpu_share = o->gpu_share;
+    self->gpu_fallback = o->gpu_fallback;
+    self->torch_opts = o->torch_options;
+    self->sched = sc;
     self->set_up = 1;
-#define KEEP(field, o) self->field = (o) == Py_None ? NULL : Py_NewRef(o)
-    KEEP(module_type, module_type);
-    KEEP(wrapper, wrapper);
-    KEEP(cell, cell);
-    KEEP(torch, torch);
-    KEEP(sync, sync);
-    KEEP(names, names);
-    KEEP(threads, more);
-    KEEP(side, side);
-    KEEP(stack, stack);
-    KEEP(hook_owner, owner);
-    KEEP(meta, meta);
-    KEEP(where, where);
-    KEEP(on_ready, ready);
+#define KEEP(field, obj) self->field = xsp_opt(obj) ? Py_NewRef(obj) : NULL
+    KEEP(module_type, o->module_type);
+    KEEP(wrapper, o->wrapper);
+    KEEP(torch, o->torch);
+    KEEP(sync, o->sync);
+    KEEP(names, o->thread_names);
+    KEEP(side, o->side);
+    KEEP(span_attrs, o->span_attrs);
+    KEEP(stack, o->stack);
+    KEEP(meta, o->meta);
+    KEEP(where, o->where);
+    KEEP(on_ready, o->on_trace_ready);
 #undef KEEP
     Py_RETURN_NONE;
 }
@@ -805,14 +793,12 @@ static int sess_traverse(xsp_pysession *self, visitproc visit, void *arg)
     Py_VISIT(self->module_type);
     Py_VISIT(self->wrapper);
     Py_VISIT(self->orig);
-    Py_VISIT(self->cell);
     Py_VISIT(self->torch);
     Py_VISIT(self->sync);
     Py_VISIT(self->names);
-    Py_VISIT(self->threads);
     Py_VISIT(self->side);
+    Py_VISIT(self->span_attrs);
     Py_VISIT(self->stack);
-    Py_VISIT(self->hook_owner);
     Py_VISIT(self->meta);
     Py_VISIT(self->where);
     Py_VISIT(self->data);
@@ -830,14 +816,12 @@ static int sess_clear(xsp_pysession *self)
     Py_CLEAR(self->module_type);
     Py_CLEAR(self->wrapper);
     Py_CLEAR(self->orig);
-    Py_CLEAR(self->cell);
     Py_CLEAR(self->torch);
     Py_CLEAR(self->sync);
     Py_CLEAR(self->names);
-    Py_CLEAR(self->threads);
     Py_CLEAR(self->side);
+    Py_CLEAR(self->span_attrs);
     Py_CLEAR(self->stack);
-    Py_CLEAR(self->hook_owner);
     Py_CLEAR(self->meta);
     Py_CLEAR(self->where);
     Py_CLEAR(self->data);
@@ -872,8 +856,9 @@ PyObject *xsp_py_active_session(void)
 
 
 static PyMethodDef sess_methods[] = {
-    {"_setup", (PyCFunction)(void (*)(void))sess_setup, METH_VARARGS | METH_KEYWORDS,
-     "_setup(levels, region=None, **sources): configure, before start (xsp/producers/profiler.py)."},
+    {"_setup", (PyCFunction)sess_setup, METH_O,
+     "_setup(options): configure from an xsp._core.SessionOptions, once, before start "
+     "(xsp/producers/profiler.py)."},
     {"__enter__", (PyCFunction)sess_enter, METH_NOARGS, "Starts recording; returns self."},
     {"__exit__", (PyCFunction)(void (*)(void))sess_exit, METH_FASTCALL,
      "Stops recording and finishes the trace; never suppresses the block's exception."},

@@ -25,17 +25,18 @@ typedef struct xsp_pysession {
     PyObject_HEAD
     xsp_session *sess;          /* the core session, made at start; owned */
     PyObject *module_type;      /* nn.Module (strong), or NULL: no module wrapper */
-    PyObject *wrapper;          /* installed as module_type.__call__ (strong) */
+    PyObject *wrapper;          /* the ModuleCall installed as module_type.__call__ (strong);
+                                 * it also counts hook_errors and holds the call sites */
     PyObject *orig;             /* the __call__ it replaced, set at start (strong) */
-    PyObject *cell;             /* the Python wrapper's list [on, orig] (strong), or NULL */
     PyObject *torch;            /* xsp._torch's capsule (strong), or NULL: no level L ops */
     unsigned int torch_opts;    /* XSP_TORCH_INPUTS | XSP_TORCH_MEMORY for the shim's attach */
     PyObject *sync;             /* callable run at stop, returns None or a message, or NULL */
-    PyObject *names;            /* dict native tid -> thread name, or NULL */
-    PyObject *threads;          /* threading._active, {ident: Thread}, read at stop, or NULL */
+    PyObject *names;            /* dict native tid -> thread name that Python fills as it
+                                 * sees threads, read at stop (strong), or NULL */
     PyObject *side;             /* dict native tid -> [[shapes, mem0, delta], ...], or NULL */
+    PyObject *span_attrs;       /* xsp/producers/dynamo.py's attribute tables, read at stop
+                                 * (strong), or NULL */
     PyObject *stack;            /* with_stack's PyStack (strong), or NULL: source "stack" */
-    PyObject *hook_owner;       /* object whose int attribute _errors counts failures, or NULL */
     PyObject *meta;             /* dict of meta added at stop (strong), or NULL */
     PyObject *where;            /* str: where the profile was made, for messages */
     PyObject *data;             /* the TraceData after stop, else NULL */
@@ -87,8 +88,9 @@ int xsp_pysession_start_core(xsp_pysession *self, int numbered, uint64_t first, 
 
 /* Writes everything the finished trace t says besides its spans (self's meta, hook_errors,
  * how the block ended, from block_exc: NULL or None when it did not raise; thread names, the
- * side table, xsp's own cost).  Runs no Python code; a failure loses a detail, never the
- * trace.  t stays the caller's. */
+ * side table, the call sites, torch.compile's attributes, xsp's own cost), from the objects
+ * _setup was given (SessionOptions): no attribute is looked up and no Python code runs; a
+ * failure loses a detail, never the trace.  t stays the caller's. */
 void xsp_pysession_decorate(xsp_pysession *self, xsp_trace *t, PyObject *block_exc);
 
 /* The trace is lost (why): sets TraceLostError, or, when an interrupt arrived during stop

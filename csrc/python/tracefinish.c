@@ -1,8 +1,9 @@
 /*
  * tracefinish.c: what a session's stop writes into its finished trace from Python objects,
- * before the trace is handed out (see tracefinish.h).  None of these runs Python code: dicts
- * and lists are read with the concrete API, and a Thread's plain attributes with a generic
- * attribute read.  A failure loses a detail (the exception is cleared), never the trace.
+ * before the trace is handed out (see tracefinish.h).  None of these runs Python code: the
+ * tables are the dicts and lists the session was given at setup (sessionopts.h), read with the
+ * concrete API; no attribute of a Python object is looked up.  A failure loses a detail (the
+ * exception is cleared), never the trace.
  */
 #include "tracefinish.h"
 
@@ -80,8 +81,8 @@ static int add_pairs(xsp_trace *t, const char *key, id_value *pairs, uint32_t n)
     return rc;
 }
 
-/* The record_shapes / profile_memory side table: per thread, the k-th record the Python wrapper
- * kept belongs to the k-th model or module span of that thread in start order.  A thread whose
+/* The record_shapes / profile_memory side table: per thread, the k-th record the module
+ * wrapper's enter() kept belongs to the k-th model or module span of that thread in start order.  A thread whose
  * counts differ (spans lost to the memory cap) gets none: their number goes into meta
  * "attrs_unmatched".  Returns 0, or -1 on allocation failure (no exception set). */
 int xsp_py_attach_side(xsp_trace *t, PyObject *side)
@@ -153,38 +154,6 @@ void xsp_py_meta_from(xsp_trace *t, PyObject *meta)
         if (!key || xsp_py_set_meta(t, key, v) != 0)
             PyErr_Clear();
     }
-}
-
-/* Names the CPU tracks of t after the Python threads alive now, from threading._active
- * ({ident: Thread}) read directly: each Thread's plain attributes _native_id and _name, so no
- * Python code runs (threading.enumerate would, and an exception raised inside it by a trace
- * function at its `with` line's exit leaves threading's lock held).  A thread without them is
- * skipped. */
-void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads)
-{
-    if (!PyDict_Check(threads))
-        return;
-    PyObject *names = PyDict_New();
-    Py_ssize_t pos = 0;
-    PyObject *k, *th;
-    while (names && PyDict_Next(threads, &pos, &k, &th)) {
-        Py_INCREF(th);
-        /* the instance dict itself, not attribute lookups (a Thread subclass's property or
-         * __getattr__ would run Python) */
-        PyObject *d = PyObject_GenericGetDict(th, NULL);
-        PyObject *tid = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_native_id") : NULL;
-        PyObject *name = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
-        if (tid && name && PyLong_Check(tid) && PyUnicode_Check(name)
-            && PyDict_SetItem(names, tid, name) < 0)
-            PyErr_Clear();
-        Py_XDECREF(d);
-        Py_DECREF(th);
-        PyErr_Clear();
-    }
-    if (names)
-        xsp_py_name_threads(t, names);
-    Py_XDECREF(names);
-    PyErr_Clear();
 }
 
 /* -- span attribute tables (xsp/producers/dynamo.py): xsp_py_attach_tables ------------------------ */

@@ -12,19 +12,13 @@
 
 #include "../core/trace.h"
 
-/* Names the CPU tracks of t from a dict {native tid (int): name (str)}; other entries and a
- * non-dict are skipped.  Cannot fail visibly. */
+/* Names the CPU tracks of t from a dict {native tid (int): name (str)}, the one Python fills
+ * as it sees threads (xsp/producers/profiler.py); other entries and a non-dict are skipped.
+ * Cannot fail visibly. */
 void xsp_py_name_threads(xsp_trace *t, PyObject *names);
 
-/* Names the CPU tracks of t after the Python threads in threading._active ({ident: Thread}),
- * read directly (_native_id and _name from each Thread's instance dict), so that no Python
- * code runs:
- * threading.enumerate() would, and an exception a trace function raises at the exit line of
- * its `with` leaves threading's lock held.  Cannot fail visibly. */
-void xsp_py_name_live_threads(xsp_trace *t, PyObject *threads);
-
-/* The side table of the Python module wrapper, {native tid: [[shapes|None, mem0, delta|None],
- * ...]}: per thread, the k-th record belongs to the k-th model or module span of that thread
+/* The module wrapper's side table (its enter() records, xsp/producers/profiler.py),
+ * {native tid: [[shapes|None, mem0, delta|None], ...]}: per thread, the k-th record belongs to the k-th model or module span of that thread
  * in start order; shapes become attribute "shapes", delta "mem_bytes".  A thread whose counts
  * differ (spans lost to the memory cap) gets none, and their number goes into meta
  * "attrs_unmatched".  Returns 0, or -1 on allocation failure (t keeps its spans; no exception
@@ -35,7 +29,8 @@ int xsp_py_attach_side(xsp_trace *t, PyObject *side);
  * visibly. */
 void xsp_py_meta_from(xsp_trace *t, PyObject *meta);
 
-/* Span attributes from the tables of xsp/producers/dynamo.py (a profile's _span_attrs), an exact dict
+/* Span attributes from the tables of xsp/producers/dynamo.py (SessionOptions.span_attrs), an
+ * exact dict
  *   {"events": [(t_lo, t_hi, name, {key: value}), ...],
  *    "regions": [(prefix, key, {scope: {name: [value, ...]}}, meta_prefix), ...]}
  * where every container is of the exact built-in type and every value an exact str, int or

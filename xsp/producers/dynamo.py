@@ -55,9 +55,9 @@ Why this way: xsp never changes what Dynamo compiles (tests/py/producers/test_co
 test_compile_events.py compare Dynamo's counters): no backend wrapper, no custom pass, no
 config change; the callbacks and the reading of finished graphs are observation only.  The one
 thing xsp tells Dynamo is to leave xsp's own frames alone (its skip rules, and each xsp code
-object marked to run uncompiled with what it calls, except the Python module wrapper's call of
-the user's module): after a graph break the module wrapper's Python runs inside a compiled
-call, and Dynamo would compile it as user code.  A failure inside the callbacks is counted
+object marked to run uncompiled with what it calls; the module wrapper is C and calls the
+user's module from no frame of xsp's): after a graph break the module wrapper's Python helpers
+run inside a compiled call, and Dynamo would compile them as user code.  A failure inside the callbacks is counted
 (meta "compile.hook_errors"), never raised into Dynamo.
 
 Reading the spans of a finished trace is xsp.analysis.compiled (compiles, graph_breaks,
@@ -280,19 +280,18 @@ def prepare(meta):
         ef = sys.modules.get("torch._dynamo.eval_frame")
         if rules is not None and ef is not None and not _OBS.skipping \
                 and "torch._dynamo.types" in sys.modules:
-            # Dynamo skips xsp's own frames: the module wrapper's Python (a top-level call
-            # run eagerly inside a compiled call, after a graph break) would otherwise be
+            # Dynamo skips xsp's own frames: the module wrapper's Python helpers (a top-level
+            # call run eagerly inside a compiled call, after a graph break) would otherwise be
             # compiled as user code; marked per code object too, so that Dynamo does not
             # even look at them (its frame counters stay those of the run without xsp)
             rules.add("xsp")
             types_ = sys.modules.get("torch._dynamo.types")
-            skip, default = types_.FrameAction.SKIP, types_.FrameAction.DEFAULT
+            skip = types_.FrameAction.SKIP
             for code in _xsp_codes():
-                # and what they call (threading, named_modules), except from the Python
-                # module wrapper (record_shapes), which calls the user's module: Dynamo
+                # and what they call (threading, named_modules, _shapes_of).  The user's
+                # module is called by the wrapper itself, in C, from no frame of xsp's: Dynamo
                 # sees that call as it would without xsp
-                ef.set_code_exec_strategy(code, types_.FrameExecStrategy(
-                    skip, default if code.co_name == "__call__" else skip))
+                ef.set_code_exec_strategy(code, types_.FrameExecStrategy(skip, skip))
             _OBS.skipping = True
         h = cb.callback_handler
         fresh = _on_start not in h.start_callbacks

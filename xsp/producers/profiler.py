@@ -13,8 +13,11 @@ Recording sources, all feeding the C core's per-thread buffers (no Python per op
 __enter__ and __exit__ are C functions that start and stop everything in one call each, so a
 KeyboardInterrupt lands before or after them, never between two steps.  Everything that needs
 Python (importing torch, checking the GPU, making the module wrapper) happens in __init__,
-before anything is installed; stop finishes the trace in C (meta, thread names, attributes),
-and the trace never changes afterwards.  Ordering keeps the tree right: the region begins
+before anything is installed, in steps that fill one _core.SessionOptions: the whole contract
+with the C session, tables for the stop included (thread names, the side table, torch.compile's
+attributes: dicts filled in place).  Stop finishes the trace in C from those (meta, thread
+names, attributes), reading no attribute of any Python object, and the trace never changes
+afterwards.  Ordering keeps the tree right: the region begins
 before the wrapper and the torch callback are installed and ends after both are removed.
 """
 import os
@@ -55,23 +58,33 @@ class _ModuleCalls:
 
     Why not global forward hooks: with any global hook installed, every module call takes
     torch's slow _call_impl path, which alone costs several microseconds per call (measured:
-    about 3-4 us on this machine, more than xsp's recording); one wrapper function costs a
-    fraction of that.  try/finally also ends the span when the forward raises anything,
-    KeyboardInterrupt included.  This class only makes the wrapper (make()); the session installs
-    it at start, gives it the __call__ in place then, turns it off at stop (it then only
-    forwards, in case another tool wrapped __call__ after us) and puts the original back when
-    the wrapper is still the class attribute, all in C (sessionmod.c).
+    about 3-4 us on this machine, more than xsp's recording); one wrapper costs a fraction of
+    that.  The wrapper is C (_core.ModuleCall, csrc/python/modcall.c), the same one whatever the
+    options; this class makes it (make()) and holds the Python helpers it calls on its rare
+    paths.  The session installs it at start, gives it the __call__ in place then, turns it off
+    at stop (it then only forwards, in case another tool wrapped __call__ after us) and puts
+    the original back when the wrapper is still the class attribute, all in C (sessionmod.c).
 
-    Each thread keeps its own state: the number of open module calls, and the qualified-name
+    Per thread the wrapper keeps (in C) the number of open module calls and the qualified-name
     map (id(submodule) -> 'layer1.0.conv1', from named_modules()) of the top-level (model) call
-    that names the modules called inside it.  A call's span key lives in the wrapper's frame,
-    so begin and end pair up whatever the forward raises.
+    that names the modules called inside it; _c_top and _c_name_of make those maps.  A call's
+    span key lives in the wrapper's C frame, so begin and end pair up whatever the forward
+    raises.
+
+    With record_shapes or profile_memory the wrapper also calls _enter(module, *args,
+    **kwargs) and _leave(record) around each call that began a span: a record [input shapes,
+    bytes allocated at entry, delta] per call, kept in `side` in begin order per thread and
+    matched to the spans at stop.
 
     Where: each call that begins a span looks its call site up in `sites` (a C table,
     csrc/python/modsites.c: the calling frame's code and instruction offset, and the module's
     class) and passes the site's index with the span; at stop the session turns it into the
     span's attributes "source" (file:line of the class's forward) and "call_site" (file:line
     of the call), the strings made once per site.
+
+    What the stop reads is handed to the session at setup, never looked up (sessionopts.h):
+    the wrapper (its failure counter, hook_errors, and its `sites`), `side`, and
+    `thread_names`, the {native thread id: name} map filled here as threads are seen.
     """
 
     def __init__(self, torch, record_model, record_modules, record_shapes=False,
@@ -86,68 +99,27 @@ class _ModuleCalls:
         self.side = {} if (record_shapes or profile_memory) else None
         self._record_model = record_model
         self._record_modules = record_modules
-        self._tls = threading.local()
         self._names = {}            # id(root) -> (weakref(root), {id(module): qualname})
-        self._errors = 0            # exceptions caught inside the Python bookkeeping (the
-                                    # session reads it at stop: a plain attribute)
-        self._c = None              # the C wrapper (_core.ModuleCall) when it is used
-        self._roots = {}            # thread ident -> its current top-level module (C wrapper)
+        self._c = None              # the wrapper (_core.ModuleCall), made by make()
+        self._roots = {}            # thread ident -> its current top-level module
         self._c_keep = {}           # id -> every names map handed to the C wrapper, kept alive
                                     # for the session (it holds them borrowed)
-        self.sites = _core.ModuleSites()    # call sites of the recorded calls; the session
-                                    # reads this plain attribute at stop (sessionmod.c)
+        self.sites = _core.ModuleSites()    # call sites of the recorded calls (the wrapper's)
         self.thread_names = {}      # native thread id -> Python thread name
 
     @property
     def errors(self):
         """Failures inside the bookkeeping (counted, never raised)."""
-        return self._errors + (self._c.errors if self._c is not None else 0)
+        return self._c.errors if self._c is not None else 0
 
     def make(self):
-        """The wrapper to install as nn.Module.__call__, and the Python wrapper's [on, orig]
-        list (None for the C wrapper); the session fills both in at start."""
-        orig = self._torch.nn.Module.__call__
-        if self.side is None:
-            # the common case: the wrapper in C (csrc/python/modcall.c); a nested module call
-            # runs no Python of ours
-            self._c = _core.ModuleCall(orig, self._c_top, self._c_name_of, self._c_new_thread,
-                                       self._record_modules, self.sites)
-            self._c.set_on(False)
-            return self._c, None
-        # recording shapes or memory: a Python wrapper, which also keeps the side table
-        cell = [False, None]        # [recording, the __call__ wrapped]: set by the session
-        tls, end, here = self._tls, _core.end, self.sites.here
-        record_modules = self._record_modules
-        new_state = self._new_state
-        key_of, extra_enter, extra_leave = self._key, self._extra_enter, self._extra_leave
-
-        def __call__(module, *args, **kwargs):
-            if not cell[0]:
-                return cell[1](module, *args, **kwargs)
-            try:
-                state = tls.state
-            except AttributeError:
-                state = new_state()
-            # the site of a call that begins a span: here() reads the frame that called this
-            # function
-            key = key_of(module, state,
-                         here(module) if record_modules or not state[0] else -1)
-            rec = extra_enter(args, kwargs) if key is not None else None
-            state[0] += 1
-            try:
-                return cell[1](module, *args, **kwargs)
-            finally:
-                state[0] -= 1
-                if rec is not None:
-                    extra_leave(rec)
-                if key is not None:
-                    end(key)
-
-        __call__.__wrapped__ = orig
-        __call__.__qualname__ = "Module.__call__ (xsp)"
-        # installed behind a C descriptor: module.__call__ reads give the original, so that
-        # torch.compile sees an unpatched nn.Module (csrc/python/modcall.c)
-        return _core.CallShield(__call__, orig), cell
+        """The wrapper to install as nn.Module.__call__ (the session gives it the __call__ in
+        place at start)."""
+        extra = (self._enter, self._leave) if self.side is not None else (None, None)
+        self._c = _core.ModuleCall(self._torch.nn.Module.__call__, self._c_top, self._c_name_of,
+                                   self._c_new_thread, self._record_modules, self.sites, *extra)
+        self._c.set_on(False)
+        return self._c
 
     def _qualnames(self, root):
         entry = self._names.get(id(root))
@@ -160,16 +132,10 @@ class _ModuleCalls:
             self._names[id(root)] = entry
         return entry[1]
 
-    def _new_state(self):
-        """The calling thread's state: [open module calls, qualified-name map of the model
-        being called, that model]."""
-        state = self._tls.state = [0, {}, None]
-        self.thread_names[threading.get_native_id()] = threading.current_thread().name
-        return state
-
     def _failed(self):
-        """Counts a failure inside the bookkeeping; the call then records no span."""
-        self._errors += 1
+        """Counts a failure inside the bookkeeping (in the wrapper's counter: hook_errors); the
+        call then records no span."""
+        self._c.count_error()
         return None
 
     # -- called by the C wrapper on its rare paths (modcall.c) ----------------------------------
@@ -191,6 +157,20 @@ class _ModuleCalls:
         name = self._name_of(module, state)
         self._c_keep.setdefault(id(state[1]), state[1])
         return name, state[1]
+
+    def _enter(self, module, *args, **kwargs):
+        """record_shapes / profile_memory, for a call that began a span: its record [input
+        shapes, bytes allocated at entry, delta], appended to the side table in begin order
+        per thread; what it raises is counted by the wrapper."""
+        rec = [_shapes_of(args, kwargs, self._torch) if self._shapes else None,
+               self._torch.cuda.memory_allocated() if self._memory else None, None]
+        self.side.setdefault(threading.get_native_id(), []).append(rec)
+        return rec
+
+    def _leave(self, rec):
+        """After the call's forward: the memory delta into its record."""
+        if rec[1] is not None:
+            rec[2] = self._torch.cuda.memory_allocated() - rec[1]
 
     def _is_model(self, module):
         """Whether a top-level call of module is a model call (see profile's `model`): the
@@ -236,53 +216,16 @@ class _ModuleCalls:
             name = names[id(module)] = type(module).__name__
         return name
 
-    def _key(self, module, state, site):
-        """Begins the span of one call from site as the fast wrapper does; returns its key or
-        None."""
-        if not state[0]:
-            return self._top_key(module, state, site)
-        if not self._record_modules:
-            return None
-        try:
-            name = state[1].get(id(module))
-            if name is None:
-                name = self._name_of(module, state)
-            return _core.begin(LEVEL_L, KIND["module"], name, type(module).__name__, site)
-        except Exception:
-            return self._failed()
-
-    def _extra_enter(self, args, kwargs):
-        """Input shapes and allocated memory at entry, for a call that begun a span: a record
-        [shapes, bytes allocated at entry, delta] kept in begin order per thread."""
-        try:
-            rec = [_shapes_of(args, kwargs, self._torch) if self._shapes else None,
-                   self._torch.cuda.memory_allocated() if self._memory else None, None]
-            self.side.setdefault(threading.get_native_id(), []).append(rec)
-            return rec
-        except Exception:
-            return self._failed()
-
-    def _extra_leave(self, rec):
-        try:
-            if rec[1] is not None:
-                rec[2] = self._torch.cuda.memory_allocated() - rec[1]
-        except Exception:
-            self._failed()
-
     def depth(self):
         """Open module calls on the calling thread."""
-        if self._c is not None:
-            return self._c.depth()
-        state = getattr(self._tls, "state", None)
-        return state[0] if state is not None else 0
+        return self._c.depth() if self._c is not None else 0
 
 
 def _passthrough_codes():
-    """with_stack: the code objects of xsp's that run the user's code (the Python module
-    wrapper, measure, xsp run's script runner): not recorded, but what they call is, even when
-    xsp's own code called them (csrc/python/pystack.c)."""
-    codes = [c for c in _ModuleCalls.make.__code__.co_consts
-             if getattr(c, "co_name", None) == "__call__"]
+    """with_stack: the code objects of xsp's that run the user's code (measure, xsp run's
+    script runner): not recorded, but what they call is, even when xsp's own code called them
+    (csrc/python/pystack.c).  The module wrapper is C: it pushes no frame of ours."""
+    codes = []
     for mod, name in (("xsp.producers.leveled", "measure"), ("xsp.cli", "_run_script"),
                       ("xsp.perf", "_count_memory")):
         f = getattr(sys.modules.get(mod), name, None)
@@ -349,107 +292,124 @@ class profile(_core.Session):
                  gpu_fallback=False, gpu_max_memory=256 << 20, record_shapes=False,
                  profile_memory=False, model=None, schedule=None, on_trace_ready=None,
                  clock_sync=None, with_stack=False):
+        # Everything that needs Python happens here, in steps, before anything is installed;
+        # the steps fill one SessionOptions, the whole contract with the C session
+        # (csrc/python/sessionopts.h), handed over by _setup at the end.
         levels = parse_levels(levels)
-        if with_stack and "L" not in levels:
-            raise ValueError("with_stack records Python function calls at level L; profile "
-                             "with levels that include L (levels=%r)" % (levels,))
-        # with_stack: Python function calls as spans of kind "python", xsp's own code left
-        # out (csrc/python/pystack.c)
-        self.with_stack = bool(with_stack)
-        stack = _core.PyStack(_PACKAGE_DIR,
-                              _passthrough_codes()) if with_stack else None
-        if schedule is not None and not isinstance(schedule, Schedule):
-            raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
-        if on_trace_ready is not None and (schedule is None or not callable(on_trace_ready)):
-            raise TypeError("on_trace_ready must be a callable, and needs a schedule")
-        self.schedule = schedule
-        if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
-            raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
-                             % (gpu_max_memory,))
-        if not isinstance(name, str) or not name or "\0" in name:
-            raise ValueError("name must be a non-empty string without NUL characters")
-        if not isinstance(max_memory, int) or max_memory < MIN_MEMORY:
-            raise ValueError("max_memory must be an int of at least %d bytes (one chunk of "
-                             "records), not %r" % (MIN_MEMORY, max_memory))
+        _check_options(levels, name, max_memory, gpu_max_memory, schedule, on_trace_ready,
+                       with_stack)
+        self._keep_options(name, max_memory, gpu_max_memory, gpu_fallback, record_shapes,
+                           profile_memory, schedule, on_trace_ready, with_stack)
+        torch = self._torch_mod = _torch_for(levels)
+        if "G" in levels:
+            levels = self._check_gpu(levels, torch)
+        opts = _core.SessionOptions(levels, name if "M" in levels else None,
+                                    max_bytes=max_memory, where=_caller(),
+                                    schedule=schedule._fields() if schedule is not None else None,
+                                    on_trace_ready=on_trace_ready)
+        self._add_gpu(opts, levels)
+        self._add_torch(opts, levels, torch)
+        self._add_modules(opts, levels, torch, model)
+        self._add_meta(opts, levels, torch, model, clock_sync)
+        self._setup(opts)
+
+    # -- the steps of __init__ ------------------------------------------------------------------
+    def _keep_options(self, name, max_memory, gpu_max_memory, gpu_fallback, record_shapes,
+                      profile_memory, schedule, on_trace_ready, with_stack):
+        """The options as the profile's attributes, and the state of its traces."""
         self.name = name
         self.max_memory = max_memory
         self.gpu_max_memory = gpu_max_memory
         self.gpu_fallback = bool(gpu_fallback)
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
+        self.with_stack = bool(with_stack)
+        self.schedule = schedule
         self._trace = None
         self._wrapped = []          # [(TraceData, Trace)]: each wrapped once; every cycle's
                                     # with a schedule and no on_trace_ready, else the latest
         self._keep_all = schedule is not None and on_trace_ready is None
-        torch = None
-        if "L" in levels or "G" in levels:
-            torch = _import_torch()
-        elif "torch" in sys.modules:
-            torch = sys.modules["torch"]
-        if "G" in levels:
-            why = gpu_unavailable_reason(torch)
-            if why is not None:
-                levels = self._no_gpu("level G cannot be recorded: " + why, levels)
-        shim = _load_shim(torch) if "L" in levels else None
+
+    def _check_gpu(self, levels, torch):
+        """Levels G can be recorded in this process, or it is dropped (gpu_fallback) or
+        refused (LevelUnavailableError): the levels to record."""
+        why = gpu_unavailable_reason(torch)
+        return levels if why is None else self._no_gpu("level G cannot be recorded: " + why,
+                                                        levels)
+
+    def _add_gpu(self, opts, levels):
+        """Level G: CUPTI's options, and the device synchronisation run at stop."""
+        if "G" not in levels:
+            return
+        opts.gpu = True
+        opts.gpu_max_bytes = self.gpu_max_memory
+        opts.gpu_share = _cupti_share_ok()
+        opts.gpu_fallback = self.gpu_fallback
+        opts.sync = _synchronize_all
+
+    def _add_modules(self, opts, levels, torch, model):
+        """Levels M and L: the nn.Module.__call__ wrapper (made, not installed), its side table
+        (record_shapes, profile_memory), and the thread-name table, which starts with this
+        thread and the threads alive at each start (_see_threads)."""
         self._modules = None
-        wrapper = cell = None
         names = {}
         if torch is not None and ("M" in levels or "L" in levels):
             self._modules = _ModuleCalls(torch, "M" in levels, "L" in levels,
                                          self.record_shapes, self.profile_memory,
                                          _model_matcher(model, torch))
-            wrapper, cell = self._modules.make()
+            opts.module_type = torch.nn.Module
+            opts.wrapper = self._modules.make()
+            opts.side = self._modules.side
             names = self._modules.thread_names
         names[threading.get_native_id()] = threading.current_thread().name
+        opts.thread_names = self._thread_names = names
+
+    def _add_torch(self, opts, levels, torch):
+        """Level L: the torch shim's table and its options (each op's inputs with
+        record_shapes, the allocations PyTorch reports per span with profile_memory), and
+        with_stack's Python function spans (xsp's own code left out, csrc/python/pystack.c)."""
+        if "L" not in levels:
+            return
+        opts.torch = _load_shim(torch)._C_API
+        opts.torch_options = (TORCH_INPUTS * self.record_shapes
+                              | TORCH_MEMORY * self.profile_memory)
+        if self.with_stack:
+            opts.stack = _core.PyStack(_PACKAGE_DIR, _passthrough_codes())
+
+    def _add_meta(self, opts, levels, torch, model, clock_sync):
+        """The meta the stop writes into the trace, torch.compile's attribute tables, xsp's own
+        cost, and the clock exchange of a distributed job with its hooks."""
         from xsp._version import __version__
+        from xsp.producers import clock as distributed
+        from xsp.producers import dynamo
         meta = {"xsp_version": __version__}
         meta.update(_process_meta(torch))
-        # the clock exchange with rank 0 before and after recording (xsp/analysis/distributed.py): by
-        # default whenever torch.distributed runs more than one rank when the profile is made
-        self._meta = meta           # the dict the session reads at stop (start samples go in)
-        self._torch_mod = torch
-        # torch.compile: Dynamo's compile callbacks record compile spans; the tables the stop
-        # reads (instance dict, in C) give them and the spans of compiled regions attributes
-        from xsp.producers import dynamo
-        self._span_attrs = dynamo.prepare(meta)
-        from xsp.producers import clock as distributed
+        self._meta = opts.meta = meta   # start samples go in (_sync_start)
+        # torch.compile: Dynamo's compile callbacks record compile spans; the tables (filled
+        # in place while recording, read by the stop) give them and the spans of compiled
+        # regions attributes
+        self._span_attrs = opts.span_attrs = dynamo.prepare(meta)
         # xsp's own cost (meta overhead.*): the per-span cost of these levels and options,
         # calibrated here, before the start (never inside a recorded region)
         cost = _span_cost(levels, self.record_shapes, self.profile_memory, self.with_stack,
                           torch)
         if cost is not None:
             meta["overhead.per_span_ns"] = cost
-        if clock_sync or (clock_sync is None and distributed.active()):
-            # the hooks hold a weak reference: bound methods would make a cycle through the
-            # C object
-            ref = weakref.ref(self)
-            self._set_hooks(lambda: _hook(ref, "_sync_start"),
-                            lambda: _hook(ref, "_sync_stop"))
-        elif "rank" in meta:
+        # the clock exchange with rank 0 before and after recording (xsp/producers/clock.py):
+        # by default whenever torch.distributed runs more than one rank when the profile is made
+        self._clock_sync = bool(clock_sync or (clock_sync is None and distributed.active()))
+        if not self._clock_sync and "rank" in meta:
             meta["clock.sync"] = "off" if clock_sync is False else "same host"
         if torch is not None:
             meta["torch_version"] = str(torch.__version__)
         if model is not None:       # what was asked, so that a report can say it matched
             meta["model"] = ",".join(_model_label(m) for m in (
                 model if isinstance(model, (list, tuple)) else [model]))
-        self._setup(levels, name if "M" in levels else None, max_bytes=max_memory,
-                    gpu="G" in levels, gpu_max_bytes=gpu_max_memory,
-                    gpu_share=_cupti_share_ok() if "G" in levels else False,
-                    gpu_fallback=self.gpu_fallback,
-                    module_type=torch.nn.Module if wrapper is not None else None,
-                    wrapper=wrapper, cell=cell, torch=shim._C_API if shim is not None else None,
-                    sync=_synchronize_all if "G" in levels else None, names=names,
-                    # {ident: Thread}, read in C at stop (no Python runs there)
-                    threads=threading._active,
-                    side=self._modules.side if self._modules is not None else None,
-                    hook_owner=self._modules, meta=meta, where=_caller(),
-                    schedule=schedule._fields() if schedule is not None else None,
-                    on_trace_ready=on_trace_ready,
-                    # the shim's options: each op's inputs (record_shapes), the allocations
-                    # PyTorch reports to profilers per span (profile_memory)
-                    torch_options=(TORCH_INPUTS * self.record_shapes
-                                   | TORCH_MEMORY * self.profile_memory) if shim else 0,
-                    stack=stack)
+        # the hooks hold a weak reference: bound methods would make a cycle through the C
+        # object
+        ref = weakref.ref(self)
+        self._set_hooks(lambda: _hook(ref, "_before_start"),
+                        (lambda: _hook(ref, "_sync_stop")) if self._clock_sync else None)
 
     def _no_gpu(self, msg, levels):
         if not self.gpu_fallback:
@@ -495,6 +455,26 @@ class profile(_core.Session):
     # __exit__).  In a distributed job the clock exchange runs before the start and after the
     # stop, outside the recording (docs/distributed.md): the C calls run the hooks
     # (_set_hooks), so no Python line of ours sits between a hook and the start or stop
+    def _before_start(self):
+        self._see_threads()
+        if self._clock_sync:
+            self._sync_start()
+
+    def _see_threads(self):
+        """Puts the Python threads alive now into the thread-name table the stop reads, by
+        their public native_id and name (a thread started later is named at its first module
+        call).  threading._active is copied in one C call: threading.enumerate() takes
+        threading's lock, which an exception raised by a trace function at its `with` line's
+        exit would leave held."""
+        names = self._thread_names
+        for th in list(threading._active.values()):
+            try:
+                tid, name = th.native_id, th.name
+            except Exception:       # noqa: BLE001 -- a Thread subclass's own property: unnamed
+                continue
+            if isinstance(tid, int) and isinstance(name, str):
+                names[tid] = name
+
     def _sync_start(self):
         if self._state != "new":
             return
@@ -854,6 +834,35 @@ def _cupti_dirs(torch):
 # callback and makes the inherited profile inert (sessionmod.c).
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_core._after_fork_child)
+
+
+def _check_options(levels, name, max_memory, gpu_max_memory, schedule, on_trace_ready,
+                   with_stack):
+    """profile's options that can be wrong whatever the machine: raises ValueError or TypeError
+    saying which and why."""
+    if with_stack and "L" not in levels:
+        raise ValueError("with_stack records Python function calls at level L; profile "
+                         "with levels that include L (levels=%r)" % (levels,))
+    if schedule is not None and not isinstance(schedule, Schedule):
+        raise TypeError("schedule must be an xsp.schedule(...), not %r" % (schedule,))
+    if on_trace_ready is not None and (schedule is None or not callable(on_trace_ready)):
+        raise TypeError("on_trace_ready must be a callable, and needs a schedule")
+    if not isinstance(gpu_max_memory, int) or gpu_max_memory < 1 << 20:
+        raise ValueError("gpu_max_memory must be an int of at least 1 MiB, not %r"
+                         % (gpu_max_memory,))
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError("name must be a non-empty string without NUL characters")
+    if not isinstance(max_memory, int) or max_memory < MIN_MEMORY:
+        raise ValueError("max_memory must be an int of at least %d bytes (one chunk of "
+                         "records), not %r" % (MIN_MEMORY, max_memory))
+
+
+def _torch_for(levels):
+    """torch for these levels: imported for L and G (ProfilerError when it cannot be), the
+    module already imported otherwise, or None."""
+    if "L" in levels or "G" in levels:
+        return _import_torch()
+    return sys.modules.get("torch")
 
 
 def _import_torch():

@@ -3,9 +3,9 @@ the same with xsp as without, for a compiled module, a module compiled in place 
 compiled function, the first call inside a profile or before it, at every level and with
 record_shapes.  Regression: the nn.Module.__call__ wrapper, seen by Dynamo as
 `mod.__call__`, broke every graph for the whole process (unique_graphs 0 instead of 1), and
-the Python wrapper (record_shapes) raised AssertionError from inside Dynamo.  Now an attribute
-read on an instance gives the original __call__ (csrc/python/modcall.c), while module(x)
-still goes through the wrapper."""
+the pure-Python wrapper record_shapes once used raised AssertionError from inside Dynamo.  Now
+an attribute read on an instance gives the original __call__ (csrc/python/modcall.c), while
+module(x) still goes through the wrapper."""
 import pytest
 import torch
 import torch._dynamo.utils as du

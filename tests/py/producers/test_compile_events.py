@@ -124,13 +124,15 @@ def test_tables_attach_by_region_ordinal_and_by_time(fake_clock):
                 torch.mm(x, x)
         with torch.profiler.record_function(compiled.REGION + "8/0"):   # no table: nothing
             torch.relu(x)
-        prof._span_attrs = {
+        # the tables the session was given at setup, filled in place as Dynamo's callbacks do
+        prof._span_attrs.clear()
+        prof._span_attrs.update({
             "events": [(t0, t1, "torch.compile: compile f",
                         {"reason": "r", "graphs": 3, "share": 1.5, "none": None})],
             "regions": [(compiled.REGION, "modules",
                          {"7/0": {"aten::mm": ["fc1", None], "aten::relu": ["act"],
                                   "aten::resolve_conj": ["never: not a top span"]}},
-                         "compile.modules")]}
+                         "compile.modules")]})
     tr = prof.trace
     got = [(named(tr, i), tr.attrs_of(i).get("modules")) for i in range(len(tr))
            if tr.kind_codes[i] == KINDS.index("op")]
@@ -432,10 +434,11 @@ def test_recompiles_are_the_same_with_xsp(levels):
 
 
 @pytest.mark.parametrize("how", ["module", "function"])
-def test_python_wrapper_after_a_graph_break_compiles_the_same(how):
-    """record_shapes records module calls with the Python wrapper, which calls the user's
-    module itself: Dynamo still sees that call (xsp's frames are skipped, not what they call
-    back into), so its counters are those of the run without xsp."""
+def test_record_shapes_after_a_graph_break_compiles_the_same(how):
+    """With record_shapes the module wrapper calls Python helpers of xsp's around the user's
+    module call, and after a graph break they run inside a compiled call: Dynamo skips them
+    and still sees the user's module call (the wrapper makes it from C), so its counters are
+    those of the run without xsp."""
     base, base_out, _ = run_breaks(how, None)
     got, out, tr = run_breaks(how, "ML", record_shapes=True)
     assert got == base

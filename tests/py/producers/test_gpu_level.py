@@ -70,13 +70,13 @@ def test_session_gpu_start_error_path_leaves_nothing_running():
     session works next."""
     assert "libcupti" in _open_cupti()
     s = _core.Session()
-    s._setup("MG", "r", gpu=True)
+    s._setup(_core.SessionOptions("MG", "r", gpu=True))
     with pytest.raises(xsp.GPUError, match="no CUDA device or driver was found") as ei:
         s._start()
     assert isinstance(ei.value, xsp.LevelUnavailableError)
     assert s._state == "new" and not _core.active() and _core.active_session() is None
     plain = _core.Session()
-    plain._setup("M", "r")
+    plain._setup(_core.SessionOptions("M", "r"))
     with plain:
         pass
     data = plain._data
@@ -88,7 +88,7 @@ def test_session_gpu_start_falls_back_to_m_and_l_when_asked():
     the session runs without G, and the trace says levels 'M'."""
     _open_cupti()
     s = _core.Session()
-    s._setup("MG", "r", gpu=True, gpu_fallback=True)
+    s._setup(_core.SessionOptions("MG", "r", gpu=True, gpu_fallback=True))
     with pytest.warns(xsp.XSPWarning, match="recording levels M only"):
         with s:
             assert _core.active()
@@ -101,9 +101,9 @@ def test_core_failure_on_the_gpu_path_is_not_reported_as_a_gpu_problem():
     recording is SessionActiveError, which gpu_fallback must not 'fall back' from."""
     _open_cupti()
     first = _core.Session()
-    first._setup("M", "r")
+    first._setup(_core.SessionOptions("M", "r"))
     second = _core.Session()
-    second._setup("MG", "r2", gpu=True, gpu_fallback=True)
+    second._setup(_core.SessionOptions("MG", "r2", gpu=True, gpu_fallback=True))
     with first:
         with pytest.raises(xsp.SessionActiveError, match="already recording") as ei:
             second._start()

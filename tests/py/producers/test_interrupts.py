@@ -139,7 +139,7 @@ def test_interrupt_during_stop_keeps_the_trace_and_says_so():
         raise RuntimeError("CUDA error: an illegal memory access")
 
     s = _core.Session()
-    s._setup("M", "r", sync=interrupted)
+    s._setup(_core.SessionOptions("M", "r", sync=interrupted))
     with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
         with s:
             pass
@@ -147,7 +147,7 @@ def test_interrupt_during_stop_keeps_the_trace_and_says_so():
     meta = s._data.meta()
     assert meta["interrupted"] == "KeyboardInterrupt during stop" and meta["region"] == "r"
     s = _core.Session()
-    s._setup("M", "r", sync=failing)
+    s._setup(_core.SessionOptions("M", "r", sync=failing))
     with s:
         pass
     assert s._data.meta()["sync_error"] == "RuntimeError: CUDA error: an illegal memory access"
@@ -361,7 +361,7 @@ def test_stop_called_back_from_inside_stop_is_refused():
         raise RuntimeError("after %d refusals" % len(calls))
 
     s = _core.Session()
-    s._setup("M", "r", sync=reenter)
+    s._setup(_core.SessionOptions("M", "r", sync=reenter))
     with s:
         pass
     assert calls == ["this xsp.profile is not recording", "step() needs a running xsp.profile"]

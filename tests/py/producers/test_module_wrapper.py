@@ -1,6 +1,6 @@
 """The nn.Module.__call__ wrapper in C (xsp._core.ModuleCall, csrc/python/modcall.c): what it
-records, how it binds, how it fails, and that the Python wrapper takes over when shapes or
-memory are recorded."""
+records, how it binds, how it fails, and that it is the one wrapper, recording shapes and
+memory too."""
 import threading
 
 import pytest
@@ -150,13 +150,78 @@ def test_threads_record_their_own_calls():
     assert {m.thread for m in models} >= set(done)
 
 
-def test_shapes_use_the_python_wrapper():
+@pytest.mark.parametrize("options", [{"record_shapes": True}, {"profile_memory": True},
+                                     {"record_shapes": True, "profile_memory": True}])
+def test_shapes_and_memory_use_the_c_wrapper(options):
+    """One wrapper for every configuration: record_shapes and profile_memory used to install a
+    second, pure-Python wrapper; the C one now keeps their side table itself."""
     net = Net()
-    with xsp.profile(levels="ML", record_shapes=True) as prof:
-        assert nn.Module.__dict__["__call__"].__qualname__ == "Module.__call__ (xsp)"
-        assert type(nn.Module.__dict__["__call__"]) is not _core.ModuleCall
+    orig = nn.Module.__dict__["__call__"]
+    with xsp.profile(levels="ML", **options) as prof:
+        w = nn.Module.__dict__["__call__"]
+        assert type(w) is _core.ModuleCall and w.__wrapped__ is orig
+        assert net.__call__.__func__ is orig        # torch.compile sees nn.Module unpatched
         net(torch.ones(2, 3))
-    assert [s.attrs["shapes"] for s in prof.trace.spans(kind="module")] == ["[2, 3]", "[2, 3]"]
+        assert prof._modules.depth() == 0
+    assert nn.Module.__dict__["__call__"] is orig
+    tr = prof.trace
+    assert names(tr, "module") == [("fc", "Linear"), ("act", "ReLU")]
+    shapes = [s.attrs.get("shapes") for s in tr.spans(kind="model") + tr.spans(kind="module")]
+    assert shapes == (["[2, 3]"] * 3 if options.get("record_shapes") else [None] * 3)
+    assert tr.meta["hook_errors"] == 0 and "attrs_unmatched" not in tr.meta
+
+
+def test_shapes_record_each_calls_own_arguments():
+    """The side table is kept in begin order per thread: nested calls, keyword arguments and
+    non-tensors as the wrapper's enter() sees them."""
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+        def forward(self, x, *, scale=1.0):
+            return self.b(self.a(x)) * scale
+
+    net = Two()
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        net(torch.ones(5, 3), scale=2.0)
+        net((torch.ones(1, 3)))
+    got = [(s.name, s.attrs["shapes"]) for s in prof.trace
+           if s.kind in ("model", "module")]
+    assert got == [("Two", "[5, 3], scale=float"), ("a", "[5, 3]"), ("b", "[5, 4]"),
+                   ("Two", "[1, 3]"), ("a", "[1, 3]"), ("b", "[1, 4]")]
+
+
+def test_shape_bookkeeping_failures_are_counted_and_the_call_goes_on(monkeypatch):
+    """enter() raising: the call runs, its span has no shapes (nor does its thread: the counts
+    no longer match), the failure is in hook_errors; leave() raising likewise, with the
+    forward's own exception kept."""
+    net = Net()
+
+    def broken(args, kwargs, torch):
+        raise RuntimeError("no shapes today")
+
+    monkeypatch.setattr(P, "_shapes_of", broken)
+    with xsp.profile(levels="ML", record_shapes=True) as prof:
+        assert net(torch.ones(2, 3)).shape == (2, 3)
+    tr = prof.trace
+    assert len(tr.spans(kind="module")) == 2
+    assert tr.meta["hook_errors"] == 3
+    monkeypatch.undo()
+
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise ValueError("the forward's own")
+
+    def leave(self, rec):
+        raise RuntimeError("leave failed")
+
+    monkeypatch.setattr(P._ModuleCalls, "_leave", leave)
+    with xsp.profile(levels="ML", profile_memory=True) as prof:
+        with pytest.raises(ValueError, match="the forward's own"):
+            Boom()(torch.ones(1))
+        assert net(torch.ones(2, 3)).shape == (2, 3)
+    assert prof.trace.meta["hook_errors"] == 4
 
 
 def test_module_call_constructor_checks_its_arguments():

@@ -69,7 +69,8 @@ def spans_of(trace):
     return trace.spans(kind="model") + trace.spans(kind="module")
 
 
-PATHS = [pytest.param(False, id="C wrapper"), pytest.param(True, id="Python wrapper")]
+# the wrapper's two paths: plain, and with record_shapes (its enter/leave helpers around calls)
+PATHS = [pytest.param(False, id="plain"), pytest.param(True, id="record_shapes")]
 
 
 @pytest.mark.parametrize("shapes", PATHS)
@@ -498,7 +499,8 @@ def test_with_stack_and_scopes_that_cross_python_frames():
 
 def test_with_stack_records_user_code_that_xsp_calls():
     """xsp's own frames are left out, not what they run for the user: the forwards called
-    through the Python module wrapper (record_shapes), and fn under xsp.measure.
+    through the module wrapper with record_shapes (its Python helpers run around each call),
+    and fn under xsp.measure.
     Regression: every call below an xsp frame was skipped, so `xsp run --with-stack` and
     measure(with_stack=True) recorded no Python span of the user's at all."""
     net, x = Net(), torch.ones(1, 3)

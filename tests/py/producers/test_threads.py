@@ -171,6 +171,65 @@ def test_thread_running_across_start_and_stop():
     assert trace.counters["unmatched_end"] in (0, 1)
 
 
+class _OwnNames(threading.Thread):
+    """A Thread that keeps its name and OS thread id in attributes of its own, as a subclass
+    may: Thread's private _name is wrong and _native_id absent while it runs."""
+
+    def __init__(self, label, work):
+        super().__init__(daemon=True)
+        self._label, self._work = label, work
+
+    name = property(lambda self: self._label)
+    native_id = property(lambda self: self._tid)    # AttributeError until it runs: skipped
+
+    def run(self):
+        self._tid = threading.get_native_id()
+        del self._native_id
+        self._name = "not its name"
+        self._work()
+
+
+def test_threads_are_named_from_public_api_not_threads_private_attributes():
+    """The stop-time contract is passed, not discovered: the thread names the stop writes come
+    from the table Python fills (before the start from each live thread's public native_id and
+    name; at a thread's first module call from threading.current_thread().name).  Regression:
+    the C stop read each Thread's _native_id and _name from its instance dict, and left such a
+    thread's track unnamed."""
+    a, lin = torch.ones(4), torch.nn.Linear(4, 4)
+    ready, reached, stop = threading.Event(), threading.Event(), threading.Event()
+    done, want = [0], [None]
+
+    def spin():
+        while not stop.is_set():
+            torch.add(a, a)
+            done[0] += 1
+            ready.set()
+            if want[0] is not None and done[0] >= want[0]:
+                reached.set()
+
+    spinner = _OwnNames("spinner-own", spin)
+    spinner.start()
+    try:
+        assert ready.wait(HANG)
+        with xsp.profile(levels="ML") as prof:
+            worker = _OwnNames("worker-own", lambda: lin(a))
+            worker.start()
+            worker.join(HANG)
+            want[0] = done[0] + 2          # an add of the spinner's inside the profile
+            assert reached.wait(HANG)
+    finally:
+        stop.set()
+        spinner.join(HANG)
+    tr = prof.trace
+    named = {tid: name for tid, name, kind in tr.threads}
+    assert named[spinner._tid] == "spinner-own"
+    assert named[worker._tid] == "worker-own"
+    # a lone nn.Linear is a layer: a module span, on the worker's named track
+    assert [(s.name, s.thread_name) for s in tr.spans(kind="module")] == [
+        ("Linear", "worker-own")]
+    assert named[main_tid()] == threading.current_thread().name
+
+
 def test_stop_from_another_thread_is_refused():
     """Guards against stop() on another thread ending the region and step on the wrong
     thread's stack (region left open, ends unmatched)."""
