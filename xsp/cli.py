@@ -26,6 +26,14 @@ import runpy
 import sys
 import traceback
 
+import xsp
+from xsp import TraceFormatError, report
+from xsp.analysis import distributed
+from xsp.core.fmt import fmt_ns
+from xsp.core.util import printable
+from xsp.formats import load, save
+from xsp.report import ranks
+
 
 class _Fail(Exception):
     """A one-line error: printed as `xsp: error: <msg>`, exit status 1."""
@@ -141,8 +149,6 @@ def _parser():
 
 def _load(path):
     """An .xsp file, or a torch.profiler (Kineto JSON) trace."""
-    from xsp import TraceFormatError
-    from xsp.formats import load
     try:
         return load(path)
     except TraceFormatError as exc:
@@ -171,8 +177,6 @@ def _print_script_error(exc):
 
 
 def _run(ns):
-    import xsp
-    from xsp.core.util import printable
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     try:
@@ -316,15 +320,12 @@ def _exit_hook(real_exit, finish, quiet):
 def _finish(ns, trace, status, cycles, prof, out, paths, models):
     """After the script: the trace, --chrome and --html files and the report; returns the exit
     status (status, or raises _Fail when a file cannot be written)."""
-    import xsp
     if cycles is not None and prof._state != "forked":
         return cycles.finish(trace, status)
     if trace is None:
         # a child forked by the script that left the profiled region: its copy of the profile
         # is inert and has no trace; the files are the parent's to write
         return status
-    from xsp import report
-    from xsp.formats import save
     _write("trace", lambda p: save(trace, p, format="xsp"), paths["-o"])
     if ns.chrome:
         _write("Chrome trace", lambda p: save(trace, p, format="chrome"), paths["--chrome"])
@@ -349,7 +350,6 @@ _SCHEDULE_KEYS = ("wait", "warmup", "active", "repeat", "skip_first")
 
 def _parse_schedule(text):
     """--schedule "wait=1,warmup=1,active=3,repeat=1" -> xsp.schedule; _Fail when bad."""
-    import xsp
     fields = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -407,8 +407,6 @@ class _CycleWriter:
         return _suffixed(path, "cycle%d" % k)
 
     def __call__(self, prof):
-        from xsp import report
-        from xsp.formats import save
         trace, ns = prof.trace, self.ns
         k = trace.meta.get("cycle", 0)
         outputs = (("-o", "trace", lambda p: save(trace, p, format="xsp")),
@@ -428,7 +426,6 @@ class _CycleWriter:
 
     def finish(self, trace, status):
         """After the run: the last cycle's summary and the files written."""
-        from xsp import report
         if trace is None:
             sys.stderr.write("xsp: no cycle of %r recorded an active step: no trace written\n"
                              % (self.sched,))
@@ -461,8 +458,7 @@ def _run_script(ns):
 
 
 def _summary(ns):
-    from xsp import report
-    from xsp.report import summary
+    from xsp.report import summary     # pandas: here, so that the other commands stay light
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     if ns.tree is not None and ns.tree < 0:
@@ -477,7 +473,6 @@ def _summary(ns):
     sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
                                  include_compile=ns.include_compile))
     if "ranks" in trace.meta:
-        from xsp.analysis import distributed
         last = [int(r) for r in str(trace.meta["ranks"]).split(",")][-1]
         trace = distributed.rank_trace(trace, last)
     if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
@@ -492,7 +487,6 @@ def _summary(ns):
 
 
 def _export(ns):
-    from xsp.formats import save
     if ns.format == "otlp" and not ns.endpoint:
         raise _Fail("--format otlp needs --endpoint URL (the collector's OTLP/HTTP traces URL, "
                     "e.g. http://localhost:4318/v1/traces)")
@@ -538,7 +532,6 @@ def _export_otlp(ns, trace):
 
 
 def _report(ns):
-    from xsp import report
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     trace = _load(ns.trace)
@@ -547,10 +540,7 @@ def _report(ns):
 
 
 def _compare(ns):
-    from xsp import report
-    from xsp.analysis.compare import compare
-    from xsp.analysis.compare import fmt_change, fmt_exact
-    from xsp.core.fmt import fmt_ns
+    from xsp.analysis.compare import compare, fmt_change, fmt_exact     # pandas
     if ns.top < 1:
         raise _Fail("--top must be at least 1")
     pct = ns.fail_above
@@ -582,14 +572,11 @@ def _compare(ns):
 
 
 def _merge(ns):
-    from xsp.analysis import distributed
     traces = [_load(p) for p in ns.traces]
     try:
         job = distributed.merge(traces, allow_missing=ns.allow_missing, names=ns.traces)
     except distributed.MergeError as exc:
         raise _Fail(str(exc)) from None
-    from xsp.formats import save
-    from xsp.report import ranks
     _write("merged trace", lambda p: save(job, p, format="xsp"), ns.output)
     if not ns.quiet:
         sys.stdout.write(ranks.text(job))

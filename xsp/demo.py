@@ -13,6 +13,9 @@ import os
 import sys
 import time
 
+import xsp
+from xsp.core.fmt import fmt_ns
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m xsp.demo", description=__doc__.split("\n")[0])
@@ -29,10 +32,8 @@ def main(argv=None):
 
     import torch
 
-    import xsp
-    from xsp import models
+    from xsp import models      # torch, pandas: after the arguments, so that --help is quick
     from xsp.report import summary as report
-    from xsp.core.fmt import fmt_ns
 
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()

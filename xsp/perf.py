@@ -40,9 +40,15 @@ import re
 import socket
 import sys
 
-from xsp.core.fmt import fmt_bytes, fmt_count, fmt_ns, fmt_signed
-from xsp.core.util import atomic_write, printable
+import numpy as np
+
+from xsp import report
+from xsp._version import __version__
 from xsp.core.errors import ProfilerError
+from xsp.core.fmt import fmt_bytes, fmt_count, fmt_ns, fmt_signed
+from xsp.core.util import atomic_write, deprecated, printable
+from xsp.producers.dynamo import describe_break, dynamo_breaks
+from xsp.values.trace import KINDS
 
 SCHEMA = "xsp.perf/1"
 NOISE_K = 2.0
@@ -143,7 +149,6 @@ def stats(samples):
 
 def _figure(before, after):
     """xsp.compare's figure of two sample lists (means, noise, verdict)."""
-    import numpy as np
     from xsp.analysis.compare import _figure as fig
     return fig(np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64),
                NOISE_K)
@@ -161,7 +166,6 @@ def _dynamo_state():
         metrics = list(utils.get_compilation_metrics())
     except Exception:           # a torch without it: recompiles unknown
         metrics = None
-    from xsp.producers.dynamo import dynamo_breaks
     made = dynamo_breaks()          # every break Dynamo made, as explain counts them
     breaks = list(made) if made is not None else dict(c.get("graph_break", {}))
     return (breaks, metrics, int(c.get("stats", {}).get("unique_graphs", 0)))
@@ -177,7 +181,6 @@ def _dynamo_delta(before, after):
     a_breaks, a_metrics, a_graphs = after
     reasons = {}
     if isinstance(a_breaks, list):      # Dynamo's breaks (xsp.compiled.dynamo_breaks)
-        from xsp.producers.dynamo import describe_break
         seen = set(map(id, b_breaks)) if isinstance(b_breaks, list) else set()
         for r in a_breaks:
             if id(r) not in seen:
@@ -238,10 +241,8 @@ def _iteration_rows(m, run):
     Measurement: kind, name, type, duration_ns, self_ns, iteration (0.., pooled across the
     rounds as the Measurement numbers them), leaf (a module span with no module below it),
     copy_kind and bytes (memcpy spans)."""
-    import numpy as np
     import pandas as pd
     from xsp.analysis.tables import redispatches
-    from xsp.values.trace import KINDS
     frames = []
     mod = KINDS.index("module")
     for t, (it, _) in zip(m.all_traces[run], m._keys[run]):
@@ -295,7 +296,6 @@ def _machine():
     out = {"host": socket.gethostname(), "python": platform.python_version(),
            "platform": platform.platform(), "processor": platform.processor() or
            platform.machine(), "cpus": os.cpu_count()}
-    from xsp._version import __version__
     out["xsp"] = __version__
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -311,7 +311,6 @@ def _machine():
 def from_measurement(m, *, name, memory=None, memory_why=None, dynamo=None):
     """A Result from an xsp.Measurement; memory: _count_memory's counts (None: not counted,
     memory_why says why); dynamo: _dynamo_delta's dict (None: nothing was compiled)."""
-    import numpy as np
     # iterations kept per run: those in which torch.compile compiled are left out of every
     # count and time, as of the latency (Measurement.compiling)
     kept = getattr(m, "n_iterations", None) or {}
@@ -626,7 +625,6 @@ class Result:
 
     def save(self, path):
         """Deprecated: xsp.save(result, path)."""
-        from xsp.core.util import deprecated
         deprecated("Result.save(path)", "xsp.save(result, path)")
         return self.__xsp_save__(path)
 
@@ -641,7 +639,6 @@ class Result:
                   if v is not None]
         lines += self._top_lines()
         text = printable("\n".join(lines)) + "\n"
-        from xsp import report
         if kind == "text":
             return text + ("\n" + report.text(self.measurement, top=top)
                            if self.measurement is not None else "")
@@ -673,7 +670,6 @@ def _over_budget(st, budget):
 
 
 def _json_default(v):
-    import numpy as np
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):

@@ -36,9 +36,12 @@ import sys
 
 import pytest
 
+from xsp import _core, perf
 from xsp.core.fmt import fmt_bytes, fmt_ns, fmt_signed
 from xsp.core.util import atomic_write
 from xsp.formats import save
+from xsp.perf import _clean
+from xsp.producers.profiler import profile
 
 
 def _num(v):
@@ -167,7 +170,6 @@ class _State:
         doc = {"schema": RESULTS_SCHEMA, "threshold_pct": self.threshold,
                "baseline": self.baseline,
                "results": sorted(self.results, key=lambda r: r["key"])}
-        from xsp.perf import _clean
         text = json.dumps(_clean(doc), indent=1, sort_keys=True, allow_nan=False)
         try:
             atomic_write(self.json, lambda f: f.write(text))
@@ -243,7 +245,6 @@ def _checked_options(where, threshold, allow, budget):
     """Validates what the marker and the call give before anything is measured: threshold
     (percent), allow (allowance keys and values) and budget (Result.check's keywords and
     values).  Raises ValueError or TypeError naming where."""
-    from xsp import perf
     if threshold is not None:
         try:
             t = float(threshold)
@@ -272,7 +273,6 @@ def xsp_profile(request):
     Arguments as xsp.profile's (levels defaults to the xsp marker's, else "ML").  The traces
     are saved, and their paths printed in the failure report, when the test fails or when
     --xsp-save is given."""
-    from xsp.producers.profiler import profile
     opts = _marker_options(request.node)
     st = _item_state(request.node)
 
@@ -293,7 +293,6 @@ def xsp_measure(request):
     (count allowances against the baseline), and xsp.profile's options.  With --xsp-baseline
     the result is compared with its stored run and a regression raises BudgetExceeded naming
     the layers and ops that grew."""
-    from xsp import perf
     item = request.node
     cfg = request.config.stash[_STATE]
     opts = _marker_options(item)
@@ -385,7 +384,6 @@ def xsp_measure(request):
 
 
 def _record(key, r, verdict, note):
-    from xsp.perf import _clean
     lat = r.latency
     return _clean({
         "test": r.data.get("test"), "key": key, "name": r.name, "levels": r.data["levels"],
@@ -427,7 +425,6 @@ _BEFORE = pytest.StashKey()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    from xsp import _core
     item.stash[_BEFORE] = _core.active_session()
     return (yield)
 
@@ -435,7 +432,6 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     __tracebackhide__ = True
-    from xsp import _core
     before = _core.active_session()     # a fixture's profile may record through the call
     try:
         out = yield
@@ -470,7 +466,6 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def _stop_leaked(item, before, when=None):
-    from xsp import _core
     leaked = _core.active_session()
     if leaked is None or leaked is before:
         return None

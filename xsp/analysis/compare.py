@@ -36,9 +36,11 @@ import numbers
 import numpy as np
 import pandas as pd
 
+from xsp.analysis import flops, memory
 from xsp.analysis import tables as A
 from xsp.core.fmt import fmt_count, fmt_ns, fmt_signed
-from xsp.core.util import printable
+from xsp.core.util import deprecated, printable
+from xsp.values.trace import Trace
 
 FIGURE_COLUMNS = ["before_ns", "after_ns", "before_std_ns", "after_std_ns", "delta_ns",
                   "delta_share", "noise_ns", "verdict"]
@@ -176,7 +178,6 @@ def _exact_figures(source, src, it):
     """({figure: frame of name, inputs, iteration, ns (the value)}, {figure: why it is not
     there}) for one side: the EXACT_FIGURES that its recording has, in its iterations.  Op
     calls count a redispatch with the op it redispatches (as torch.profiler and xsp.perf)."""
-    from xsp.values.trace import Trace
     out, lacks = {}, {}
     names = src.df["name"].to_numpy()
     is_op = src.kind == "op"
@@ -192,7 +193,6 @@ def _exact_figures(source, src, it):
         out["input shapes"] = _rows(names[keep], it[keep], 1, dims[keep].astype(object))
         if isinstance(source, Trace):
             try:
-                from xsp.analysis import flops
                 c = flops.op_costs(source)
             except (ImportError, ValueError) as exc:
                 lacks["FLOPs"] = lacks["bytes moved"] = str(exc).split("\n")[0]
@@ -214,7 +214,6 @@ def _exact_figures(source, src, it):
     else:
         for fig in _GPU_FIGURES.values():
             lacks[fig] = "level G"
-    from xsp.analysis import memory
     if memory.has_memory(src.df):
         ms = memory.spans(src.df)
         mit = it[ms["id"].to_numpy(np.int64)]
@@ -530,7 +529,6 @@ class Comparison:
     # -- reading ----------------------------------------------------------------------------
     def text(self, top=20, names=("before", "after")):
         """Deprecated: xsp.report.text(comparison)."""
-        from xsp.core.util import deprecated
         deprecated("Comparison.text()", "xsp.report.text(comparison)")
         return self._text(top=top, names=names)
 

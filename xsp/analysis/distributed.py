@@ -1,8 +1,16 @@
 """A distributed job's traces: merging the ranks' traces into one on rank 0's clock and the
 analyses across ranks (docs/distributed.md).  The clock samples each rank's profile takes are
-xsp.producers.clock; the cross-rank text is xsp.report's."""
+xsp.producers.clock; the cross-rank text is xsp.report's.  pandas and the tables load with the
+first analysis that makes a table (merging and reading a merged trace need neither)."""
 import itertools
 import os
+import re as _re
+
+import numpy as np
+
+from xsp import _core
+from xsp.formats import load
+from xsp.values.trace import KINDS, Trace, merge_traces
 
 _MISSING_NAMED = 10  # missing ranks a MergeError names (it counts them all)
 
@@ -51,8 +59,6 @@ def merge(sources, *, allow_missing=False, names=None):
     or "trace N").  Raises MergeError naming the files for: a trace without a rank,
     duplicate ranks, mixed world sizes, mixed jobs, and missing ranks (unless
     allow_missing)."""
-    from xsp.formats import load
-    from xsp.values.trace import Trace, merge_traces
     items = []
     for i, src in enumerate(sources):
         tr = load(src) if isinstance(src, (str, os.PathLike)) else src
@@ -160,8 +166,6 @@ def _line(meta):
 
 
 # -- analyses across ranks --------------------------------------------------------------------
-import re as _re
-
 COMM = _re.compile(r"^(c10d::|gloo:|nccl:|nccl|record_param_comms|ProcessGroup)", _re.I)
 COMPUTE_KINDS = ("op", "backward", "kernel", "memcpy", "memset")
 
@@ -169,8 +173,6 @@ COMPUTE_KINDS = ("op", "backward", "kernel", "memcpy", "memset")
 def rank_of(trace):
     """Per span, its rank: the attribute rank of its region (a merged trace), else the
     trace's meta rank (or 0)."""
-    import numpy as np
-    from xsp.values.trace import KINDS
 
     def rank(v, default):           # an int64; anything else (a hand-made file) is not a rank
         return v if isinstance(v, int) and not isinstance(v, bool) and \
@@ -220,7 +222,6 @@ def _intersection(a, b):
 
 
 def _comm_mask(trace):
-    import numpy as np
     names = np.array(trace.strings, dtype=object)[trace.name_codes]
     return np.array([bool(COMM.match(n)) for n in names], dtype=bool)
 
@@ -232,7 +233,6 @@ def iterations(trace):
     and the single-process reports find them (docs/analyses.md, "Iterations"), each rank's
     on its own spans (rank_trace): one rule, so that the setup before the first iteration
     (under `xsp run`, the script's imports and model building in step#0) is no step."""
-    import numpy as np
     from xsp.analysis import tables as A
     rk = rank_of(trace)
     out = np.full(len(trace), -1, dtype=np.int64)
@@ -259,9 +259,7 @@ def collectives(trace):
 
 
 def _collectives(trace, it):
-    import numpy as np
     import pandas as pd
-    from xsp.values.trace import KINDS
     comm = _comm_mask(trace)
     outer = comm & (trace.nearest_ancestor(comm, include_self=False) < 0)
     ranks = rank_of(trace)
@@ -309,9 +307,7 @@ def ranks(trace):
     collectives()' wait_ns summed), caused_ns, then last_arrivals (the collectives this rank
     arrived last at) and straggler; every figure over the iterations only, never the setup
     before the first one."""
-    import numpy as np
     import pandas as pd
-    from xsp.values.trace import KINDS
     kinds = np.array(KINDS, dtype=object)[trace.kind_codes]
     rk = rank_of(trace)
     comm = _comm_mask(trace)
@@ -368,10 +364,7 @@ def rank_trace(trace, rank):
     meta the job's plus rank), for the single-process analyses and reports.  ValueError when
     the trace has no such rank; xsp.TraceFormatError when one of its tracks has a kind other
     than 0, 1, 2 (a file may hold any)."""
-    import numpy as np
 
-    from xsp import _core
-    from xsp.values.trace import Trace
     rk = rank_of(trace)
     sel = np.nonzero(rk == rank)[0]
     if not len(sel):

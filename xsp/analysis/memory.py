@@ -14,7 +14,7 @@ Every function takes an xsp.Trace or a span table (Trace.to_pandas()).
 import numpy as np
 import pandas as pd
 
-from xsp.values.trace import Trace
+from xsp.values.trace import Trace, nearest_ancestor
 
 DEVICES = ("cpu", "cuda", "other")
 FIELDS = ("allocs", "alloc_bytes", "frees", "freed_bytes", "peak", "total")
@@ -130,7 +130,6 @@ def layers(source, device="cpu"):
     bw_root = kind == "backward"
     if bw_root.any():
         # a backward function and everything below it
-        from xsp.values.trace import nearest_ancestor
         is_bw = nearest_ancestor(parent, bw_root, include_self=True) >= 0
     bw = pd.Series(np.where(is_bw, np.nan_to_num(alloc), 0.0)).groupby(
         df["module"].to_numpy() if "module" in df.columns else np.full(len(df), None)).sum()

@@ -21,6 +21,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from xsp.analysis import flops
+from xsp.analysis import peaks as P
 from xsp.core import iterations
 from xsp.values.trace import Trace, ancestor_count, nearest_ancestor
 
@@ -789,7 +791,6 @@ def _has_inputs(src):
 def _op_costs(source, src):
     """xsp.analysis.flops.op_costs of the source, checked: a DataFrame with id, flops, bytes, dtype,
     counted, status (one row per op span with inputs)."""
-    from xsp.analysis import flops
     if not isinstance(source, Trace):
         raise TypeError("the roofline's FLOPs and bytes come from an xsp.Trace's op inputs "
                         "(xsp.analysis.flops.op_costs), not from a %s: pass the trace (for a "
@@ -930,7 +931,6 @@ def _roof_columns(F, B, t_ns, parts, roof):
 
 def _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device):
     """(_Roof or None, the peaks as a dict or None, note or None) for a roofline call."""
-    from xsp.analysis import peaks as P
     legacy = (peak_gflops, peak_dram_gbps)
     if any(v is not None for v in legacy):
         if peaks is not None and peaks is not False:

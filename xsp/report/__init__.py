@@ -10,9 +10,14 @@ with an __xsp_report__(kind, **options) method (xsp.perf's Result).  The rooms: 
 text and HTML summary of a trace or measurement), parts (the HTML timeline and tree), ranks
 (the cross-rank table), tree (Trace.tree()'s text and a notebook's view of a trace),
 compare (a comparison's text).  Loaded on first use: `import xsp`
-stays light (pandas and matplotlib load with the first report).
+stays light (pandas and matplotlib load with the first report: summary and
+xsp.analysis.compare are imported where they are needed).
 """
 import html as _html_mod
+
+from xsp.analysis import distributed
+from xsp.core.util import deprecated, printable
+from xsp.report import ranks
 
 __all__ = ["text", "html", "html_fragment", "compare", "compare_text"]
 
@@ -40,8 +45,6 @@ def text(value, top=10, *, op_sort="self_ns", include_compile=False, names=("bef
         return value._text(top=20 if top == 10 else top, names=names)
     from xsp.report import summary
     if _is_job(value):
-        from xsp.analysis import distributed
-        from xsp.report import ranks
         out = [ranks.text(value)]
         for r in distributed.ranks(value)["rank"].tolist():
             out.append("\n== rank %d ==\n" % r)
@@ -57,7 +60,6 @@ def html_fragment(value, top=10, *, include_compile=False):
     if hook is not None:
         return hook(value, "html", top=top)
     if _is_comparison(value):
-        from xsp.core.util import printable
         return printable('<div class="xsp-report"><pre>%s</pre></div>' % _html_mod.escape(
             value._text(top=20 if top == 10 else top)))
     from xsp.report import summary
@@ -78,7 +80,6 @@ def html(value, path=None, top=10, *, include_compile=False):
 
 def compare(before, after, top=None, *, k=2.0):
     """Deprecated: xsp.analysis.compare.compare(before, after) (then .head(top))."""
-    from xsp.core.util import deprecated
     deprecated("xsp.report.compare(before, after)", "xsp.analysis.compare.compare(before, after)")
     from xsp.analysis.compare import compare as _compare
     c = _compare(before, after, k=k)
@@ -87,7 +88,6 @@ def compare(before, after, top=None, *, k=2.0):
 
 def compare_text(before, after, top=20, names=("before", "after"), *, k=2.0):
     """Deprecated: xsp.report.text(xsp.analysis.compare.compare(before, after))."""
-    from xsp.core.util import deprecated
     deprecated("xsp.report.compare_text(before, after)",
                "xsp.report.text(xsp.analysis.compare.compare(before, after))")
     from xsp.analysis.compare import compare as _compare

@@ -14,9 +14,14 @@ import io
 import numpy as np
 import pandas as pd
 
+from xsp.analysis import distributed, flops, memory
+from xsp.analysis import peaks as P
 from xsp.analysis import tables as A
+from xsp.analysis.compiled import graph_breaks
+from xsp.analysis.compiled import summary as compiled_summary
 from xsp.core.fmt import fmt_bytes, fmt_ns, fmt_share, fmt_si, fmt_signed
 from xsp.core.util import atomic_write, printable
+from xsp.report import parts as _html
 
 
 def fmt_delta(ns, base=None):
@@ -113,8 +118,7 @@ def _compile_line(m, trace):
         return None
     if trace is None or not hasattr(trace, "name_codes"):
         return None
-    from xsp.analysis.compiled import summary
-    s = summary(trace)
+    s = compiled_summary(trace)
     if s is None:
         return None
     extra = [w for w in ("%d recompile%s" % (s["recompiles"], "" if s["recompiles"] == 1
@@ -136,7 +140,6 @@ def _break_lines(trace):
     one per break, "  graph break at file:line: reason", the first BREAKS_SHOWN of them."""
     if trace is None or not hasattr(trace, "name_codes"):
         return []
-    from xsp.analysis.compiled import graph_breaks
     gb = graph_breaks(trace)
     out = ["  graph break at %s: %s" % (r.source or "an unknown line", r.reason or "?")
            for r in gb.head(BREAKS_SHOWN).itertuples(index=False)]
@@ -469,8 +472,6 @@ def text(source, top=10, op_sort="self_ns", include_compile=False):
 def _work_lines(source, s):
     """The text report's lines on FLOPs (record_shapes) and memory (profile_memory): [] when
     the trace has neither."""
-    from xsp.analysis import flops
-    from xsp.analysis import memory
     trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
     if trace is None and s.measurement is not None:
         trace = s.measurement.trace
@@ -650,8 +651,6 @@ def _roofline_parts(trace, top):
     """The report's roofline section (HTML strings): a note, the plot (xsp._html.roofline_svg,
     one point per layer, or per op without layers) and the table's first `top` rows; [] when
     the trace's ops carry no inputs (xsp.profile(record_shapes=True))."""
-    from xsp.report import parts as _html
-    from xsp.analysis import peaks as P
     if trace is None:
         return []
     src = A._src(trace)
@@ -698,13 +697,13 @@ def _roofline_parts(trace, top):
                   fmt_share(r["roof_fraction"], precise=True))
         points.append({"label": r[label], "intensity": r["arithmetic_intensity"],
                        "flops_per_s": r["flops_per_s"], "dtype": r["dtype"], "tip": tip})
-    flops = dict(pk.get("flops_per_s") or {})
+    peak = dict(pk.get("flops_per_s") or {})
     if "peak_gflops" in pk:
-        flops = {d: pk["peak_gflops"] * 1e9 for p in points
-                 for d in str(p["dtype"] or "").split("+") if d}
+        peak = {d: pk["peak_gflops"] * 1e9 for p in points
+                for d in str(p["dtype"] or "").split("+") if d}
     bw = pk.get("bytes_per_s") or (pk["peak_dram_gbps"] * 1e9 if "peak_dram_gbps" in pk
                                    else None)
-    out.append(_html.roofline_svg(points, bw, flops, notes=notes))
+    out.append(_html.roofline_svg(points, bw, peak, notes=notes))
     shown = df.head(top)
     table = pd.DataFrame({
         label: shown[label], "dtype": shown["dtype"],
@@ -743,8 +742,6 @@ def _memory_parts(trace, top):
     """The report's memory section (HTML strings), for a trace recorded with
     profile_memory=True: per device the totals, the timeline (xsp._html.memory_svg) and the
     layers with the highest peaks; [] without memory."""
-    from xsp.report import parts as _html
-    from xsp.analysis import memory
     if trace is None or not memory.has_memory(trace):
         return []
     esc = _html_mod.escape
@@ -779,7 +776,6 @@ def _memory_parts(trace, top):
 def html_fragment(source, top=10, include_compile=False):
     """The report as an HTML fragment (a <div>), as Jupyter shows it; include_compile as in
     text()."""
-    from xsp.report import parts as _html
     s = _Summary(source, top, include_compile=include_compile)
     esc = _html_mod.escape
     parts = ['<div class="xsp-report"><style>%s</style>' % _CSS]
@@ -798,7 +794,6 @@ def html_fragment(source, top=10, include_compile=False):
 
     meta = getattr(source, "meta", None)
     if isinstance(meta, dict) and "ranks" in meta:     # a merged job: the ranks first
-        from xsp.analysis import distributed
         table("Ranks", distributed.ranks(source), "-",
               "a distributed job of %s ranks, clocks aligned by %s; per step means; wait: in "
               "collectives for the last rank; caused: the waiting a rank caused by arriving "

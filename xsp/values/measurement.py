@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from xsp.values.compiling import compiling_steps
+from xsp.core.fmt import fmt_ns
 from xsp.core.util import deprecated
 from xsp.values.trace import KINDS, LEVELS, ancestor_count, self_time
 
@@ -140,7 +141,6 @@ class Latency:
 
     def __getitem__(self, key):
         """Deprecated: latency.<key> (Result.latency was a dict in the release before)."""
-        from xsp.core.util import deprecated
         deprecated("latency[%r]" % (key,), "latency.%s" % key)
         if key not in self.FIELDS:
             raise KeyError(key)
@@ -154,7 +154,6 @@ class Latency:
     __hash__ = None
 
     def __repr__(self):
-        from xsp.core.fmt import fmt_ns
         return "<xsp.Latency %s ± %s (median %s, n %d)>" % (
             fmt_ns(self.mean_ns), fmt_ns(self.std_ns), fmt_ns(self.median_ns), self.n)
 

@@ -140,6 +140,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from xsp.analysis import peaks as P
 from . import store as _store
 
 __all__ = ["scaling", "saturation", "layer_types", "top_layers", "top_ops", "roofline",
@@ -428,7 +429,6 @@ def _device_of(options):
 
 def _peaks_for(peaks, system_ids, devices):
     """{(system_id, device): xsp.analysis.peaks.Peaks or None} for the rows' systems."""
-    from xsp.analysis import peaks as P
     per_system = (isinstance(peaks, dict) and "flops_per_s" not in peaks and not any(
         isinstance(k, str) and (k in ("cpu", "cuda") or k.startswith("cuda:")) for k in peaks))
     out = {}

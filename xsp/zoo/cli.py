@@ -26,6 +26,8 @@ import json
 import os
 import sys
 
+from xsp.analysis import peaks as _peaks
+
 PROG = "xsp zoo"
 _UNITS = {"": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40,
@@ -263,7 +265,6 @@ def _report(ns):
     if ns.peaks is not None:
         if not ns.output:
             raise _Usage("--peaks draws the HTML report's roofs: give -o FILE too")
-        from xsp.analysis import peaks as _peaks
         try:
             peaks = _peaks.get() if ns.peaks == "here" else _peaks.load(ns.peaks,
                                                                          where="--peaks")

@@ -105,6 +105,7 @@ import signal
 import sys
 import time
 
+from xsp.core.util import atomic_write
 from . import evaluate as _evaluate
 from . import store as _store
 
@@ -185,7 +186,6 @@ def _write_plan(results_dir, tasks):
     """<results>/plans/<digest>.json: the run's evaluations (key, evaluation_id, model,
     batch_size, levels), which `xsp zoo status` counts as pending until they have a row.  The
     name is the digest of the content: the same plan again writes no new file."""
-    from xsp.core.util import atomic_write
     items = [{"key": t.key, "evaluation_id": t.evaluation_id, "model": t.entry.name,
               "batch_size": t.batch_size, "levels": t.entry.levels} for t in tasks]
     text = json.dumps({"evaluations": items}, sort_keys=True, indent=1) + "\n"

@@ -141,6 +141,9 @@ import secrets
 import numpy as np
 import pandas as pd
 
+from xsp.analysis import flops, memory
+from xsp.analysis import tables as A
+from xsp.analysis.compiled import compiling_steps
 from xsp.core.util import atomic_write
 from . import system as _system
 
@@ -678,7 +681,6 @@ def _run_samples(m, run):
     """The iteration (step) latencies of a run of a Measurement, every measured iteration of
     every round: the steps after the priming ones, without those torch.compile compiled in
     (as the Measurement leaves them out); None where they do not add up to its count."""
-    from xsp.analysis.compiled import compiling_steps
     out = []
     for t in m.all_traces[run]:
         steps = t.spans(kind="step")[m.skip:]
@@ -711,7 +713,6 @@ def _has_attr(trace, key):
 def _costs(trace):
     """(flops, bytes) per iteration: the mean over the trace's steps (the whole trace when it
     has none) of what xsp.flops counts; Nones without op inputs."""
-    from xsp.analysis import flops
     if not _has_attr(trace, "input_dims"):
         return None, None
     if len(trace.spans(kind="step")):
@@ -724,7 +725,6 @@ def _costs(trace):
 
 
 def _peaks(trace):
-    from xsp.analysis import memory
     if not memory.has_memory(trace):
         return None, None
     s = memory.summary(trace)
@@ -752,7 +752,6 @@ def rows_from_measurement(measurement, trace=None, *, model, batch_size, evaluat
     keyword arguments are evaluations columns (key, family, source, task, options, started_at,
     wall_s, trace_path, ...), which override what is derived; a name that is not one raises
     TypeError."""
-    from xsp.analysis import tables as A
     unknown = [c for c in columns if c not in dict(SCHEMAS["evaluations"])]
     if unknown:
         raise TypeError("rows_from_measurement: unknown evaluations column(s) %s"

@@ -65,12 +65,13 @@ def fake_op_costs(trace):
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """xsp.analysis.flops replaced by fake_op_costs for the test."""
-    import xsp.analysis.flops  # noqa: F401 -- the package's attribute, which the tables import
+    """xsp.analysis.flops replaced by fake_op_costs for the test (in the tables, which import
+    it, and as the package's attribute)."""
     mod = types.ModuleType("xsp.analysis.flops")
     mod.op_costs = fake_op_costs
     monkeypatch.setitem(sys.modules, "xsp.analysis.flops", mod)
     monkeypatch.setattr(xsp.analysis, "flops", mod)
+    monkeypatch.setattr(A, "flops", mod)
     return mod
 
 

@@ -1,0 +1,96 @@
+"""What each command of the CLI imports (issue 28: the CLI starts fast; pandas, matplotlib and
+torch load only when a command needs them).  Checked on sys.modules in a fresh interpreter, never
+on timing: docs/performance.md has the measured times.
+
+Guards against a module-level import of a heavy package creeping into the modules a light
+command loads (cli, xsp.report's package, xsp.formats, the values).
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import xsp
+
+HEAVY = ("pandas", "matplotlib", "torch")
+
+PROBE = """
+import json, runpy, sys
+sys.argv = ["xsp"] + json.loads(sys.argv[1])
+try:
+    runpy.run_module("xsp", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+sys.stdout.flush()
+sys.stderr.write("\\nXSP-PROBE " + json.dumps(
+    [code, sorted(m for m in %r if m in sys.modules)]) + "\\n")
+""" % (HEAVY,)
+
+
+def loaded(*args):
+    """(exit status, the heavy packages in sys.modules after `xsp ARGS` ran in a new
+    interpreter)."""
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(list(args))],
+                       capture_output=True, text=True, timeout=300)
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("XSP-PROBE ")]
+    assert line, p.stderr
+    code, mods = json.loads(line[-1][len("XSP-PROBE "):])
+    return code, mods
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A small saved trace (levels ML, no op inputs, no memory): two steps of a model with a
+    layer and two ops each."""
+    spans = []
+    for k in range(2):
+        t = 1000 + k * 10_000
+        step = len(spans)
+        spans += [
+            {"name": "step#%d" % k, "kind": "step", "start_ns": t, "end_ns": t + 9000},
+            {"name": "Net", "kind": "model", "start_ns": t + 100, "end_ns": t + 8000,
+             "parent": step, "attrs": {"type": "Net"}},
+            {"name": "fc", "kind": "module", "start_ns": t + 200, "end_ns": t + 5000,
+             "parent": step + 1, "attrs": {"type": "Linear"}},
+            {"name": "aten::linear", "kind": "op", "start_ns": t + 300, "end_ns": t + 4800,
+             "parent": step + 2},
+            {"name": "aten::relu", "kind": "op", "start_ns": t + 5200, "end_ns": t + 7000,
+             "parent": step + 1},
+        ]
+    path = tmp_path_factory.mktemp("cli") / "small.xsp"
+    xsp.save(xsp.Trace.from_spans(spans, meta={"levels": "ML", "region": "xsp.profile"}),
+             str(path))
+    return str(path)
+
+
+def test_help_imports_nothing_heavy():
+    assert loaded("--help") == (0, [])
+
+
+def test_export_imports_nothing_heavy(small, tmp_path):
+    assert loaded("export", small, "-o", str(tmp_path / "t.json")) == (0, [])
+    assert loaded("export", small, "--format", "kineto",
+                  "-o", str(tmp_path / "t.pt.trace.json")) == (0, [])
+
+
+def test_summary_imports_no_torch_or_matplotlib(small):
+    """The text summary of a trace without op inputs: no torch (the FLOPs line, which needs
+    torch's formulas, is there only with record_shapes) and no matplotlib (plots are HTML's)."""
+    code, mods = loaded("summary", small)
+    assert code == 0
+    assert "torch" not in mods and "matplotlib" not in mods
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28: the text summary's tables are pandas "
+                   "group-bys (xsp.analysis.tables); computed from the numpy columns, "
+                   "`xsp summary` would not need pandas")
+def test_summary_imports_no_pandas(small):
+    assert loaded("summary", small) == (0, [])
+
+
+def test_html_report_imports_no_torch(small, tmp_path):
+    code, mods = loaded("report", small, "-o", str(tmp_path / "r.html"))
+    assert code == 0 and "torch" not in mods
