@@ -34,14 +34,15 @@
  * raises becomes a message in the trace, anything else (KeyboardInterrupt, SystemExit: a second
  * Ctrl-C during stop) is kept and raised once stop is complete and the trace stored, with meta
  * "interrupted" saying so.  Thread names come from the dict Python fills as it sees threads
- * (before the start, and at each thread's first module call).  A Ctrl-C during the merge itself (long for
- * large traces, run without the GIL) is delivered by CPython after __exit__ returns.  If the
+ * (before the start, and at each thread's first module call).  A Ctrl-C during the merge
+ * itself (long for large traces, run without the GIL) is delivered by CPython after __exit__
+ * returns.  If the
  * merge runs out of memory the trace is lost, and the exception says so (TraceLostError, or a
  * note on the pending interrupt).
  *
- * A profile made with a step schedule (_setup's schedule=) runs one core session per cycle,
- * started and stopped by step() calls in C, and delivers each cycle's trace before its one
- * Python callout (on_trace_ready): sessionsched.c.  A forked child's copy of a running profile
+ * A profile made with a step schedule (SessionOptions.schedule) runs one core session per
+ * cycle, started and stopped by step() calls in C, and delivers each cycle's trace before its
+ * one Python callout (on_trace_ready): sessionsched.c.  A forked child's copy of a running profile
  * is inert: sessionfork.c.  The state the three files share, and xsp_pysession_active (the one
  * profile recording in the process), are declared in sessionobj.h.
  */

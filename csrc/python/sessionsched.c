@@ -23,8 +23,8 @@
 
 #include "tracedata.h"
 
-/* The schedule tuple (wait, warmup, active, repeat, skip_first) of _setup into *sc: 0, or -1
- * with ValueError / TypeError set. */
+/* The schedule tuple (wait, warmup, active, repeat, skip_first) of a SessionOptions into *sc:
+ * 0, or -1 with ValueError / TypeError set. */
 int xsp_pysched_parse(PyObject *o, xsp_schedule *sc)
 {
     if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 5) {

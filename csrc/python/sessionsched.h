@@ -1,14 +1,14 @@
 /*
- * sessionsched.h: a Session with a step schedule (_setup's schedule=): one core session per
- * cycle, started and stopped by step() calls in C (see sessionsched.c).
+ * sessionsched.h: a Session with a step schedule (SessionOptions.schedule): one core session
+ * per cycle, started and stopped by step() calls in C (see sessionsched.c).
  */
 #ifndef XSP_SESSIONSCHED_H
 #define XSP_SESSIONSCHED_H
 
 #include "sessionobj.h"
 
-/* The schedule tuple (wait, warmup, active, repeat, skip_first) of _setup into *sc: returns 0,
- * or -1 with ValueError / TypeError set and *sc unchanged. */
+/* The schedule tuple (wait, warmup, active, repeat, skip_first) of a SessionOptions into *sc:
+ * returns 0, or -1 with ValueError / TypeError set and *sc unchanged. */
 int xsp_pysched_parse(PyObject *o, xsp_schedule *sc);
 
 /* Starts recording the cycle whose first recorded step is self->step_no (self->cyc set):

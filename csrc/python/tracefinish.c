@@ -82,9 +82,9 @@ static int add_pairs(xsp_trace *t, const char *key, id_value *pairs, uint32_t n)
 }
 
 /* The record_shapes / profile_memory side table: per thread, the k-th record the module
- * wrapper's enter() kept belongs to the k-th model or module span of that thread in start order.  A thread whose
- * counts differ (spans lost to the memory cap) gets none: their number goes into meta
- * "attrs_unmatched".  Returns 0, or -1 on allocation failure (no exception set). */
+ * wrapper's enter() kept belongs to the k-th model or module span of that thread in start
+ * order.  A thread whose counts differ (spans lost to the memory cap) gets none: their number
+ * goes into meta "attrs_unmatched".  Returns 0, or -1 on allocation failure (no exception set). */
 int xsp_py_attach_side(xsp_trace *t, PyObject *side)
 {
     uint32_t cap = t->n_spans ? t->n_spans : 1, n_shapes = 0, n_mem = 0;

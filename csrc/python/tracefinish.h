@@ -18,8 +18,8 @@
 void xsp_py_name_threads(xsp_trace *t, PyObject *names);
 
 /* The module wrapper's side table (its enter() records, xsp/producers/profiler.py),
- * {native tid: [[shapes|None, mem0, delta|None], ...]}: per thread, the k-th record belongs to the k-th model or module span of that thread
- * in start order; shapes become attribute "shapes", delta "mem_bytes".  A thread whose counts
+ * {native tid: [[shapes|None, mem0, delta|None], ...]}: per thread, the k-th record belongs to
+ * the k-th model or module span of that thread in start order; shapes become attribute "shapes", delta "mem_bytes".  A thread whose counts
  * differ (spans lost to the memory cap) gets none, and their number goes into meta
  * "attrs_unmatched".  Returns 0, or -1 on allocation failure (t keeps its spans; no exception
  * set). */

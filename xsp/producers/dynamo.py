@@ -57,8 +57,8 @@ config change; the callbacks and the reading of finished graphs are observation 
 thing xsp tells Dynamo is to leave xsp's own frames alone (its skip rules, and each xsp code
 object marked to run uncompiled with what it calls; the module wrapper is C and calls the
 user's module from no frame of xsp's): after a graph break the module wrapper's Python helpers
-run inside a compiled call, and Dynamo would compile them as user code.  A failure inside the callbacks is counted
-(meta "compile.hook_errors"), never raised into Dynamo.
+run inside a compiled call, and Dynamo would compile them as user code.  A failure inside the
+callbacks is counted (meta "compile.hook_errors"), never raised into Dynamo.
 
 Reading the spans of a finished trace is xsp.analysis.compiled (compiles, graph_breaks,
 summary) and xsp.values.compiling (compile_mask, compiling_steps).
