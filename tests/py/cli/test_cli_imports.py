@@ -94,3 +94,12 @@ def test_summary_imports_no_pandas(small):
 def test_html_report_imports_no_torch(small, tmp_path):
     code, mods = loaded("report", small, "-o", str(tmp_path / "r.html"))
     assert code == 0 and "torch" not in mods
+
+
+def test_import_xsp_and_the_pytest_plugin_load_nothing_heavy():
+    """`import xsp` and the pytest plugin (loaded by every pytest run where xsp is installed)."""
+    code = ("import sys, xsp, xsp.pytest_plugin\n"
+            "print(sorted(m for m in %r if m in sys.modules))" % (HEAVY,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    assert out.strip() == "[]"
