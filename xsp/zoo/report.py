@@ -389,7 +389,7 @@ def _stacked_svg(rows, keys, notes=(), width=820, what="share"):
             out.append('<rect class="xsp-seg" x="%.1f" y="%d" width="%.1f" height="%d" '
                        'fill="%s"><title>%s</title></rect>'
                        % (x, y + 2, w, bar_h - 4, col,
-                          _esc("%s: %s %.1f%% (%s)" % (label, k, 100 * v, what))))
+                          _esc("%s: %s %s (%s)" % (label, k, fmt_share(v), what))))
             x += w
     ly = top + bar_h * len(rows) + 18
     lx = left
