@@ -29,9 +29,12 @@ import weakref
 import numpy as np
 
 from xsp import _core
+from xsp._version import __version__
 from xsp.core.errors import LevelUnavailableError, ProfilerError, SessionStateError, XSPWarning
 from xsp.core.levels import parse_levels
 from xsp.core.util import deprecated
+from xsp.producers import clock as distributed
+from xsp.producers import dynamo
 from xsp.values.trace import Trace
 
 LEVEL_M, LEVEL_L = 0, 1
@@ -379,9 +382,6 @@ class profile(_core.Session):
     def _add_meta(self, opts, levels, torch, model, clock_sync):
         """The meta the stop writes into the trace, torch.compile's attribute tables, xsp's own
         cost, and the clock exchange of a distributed job with its hooks."""
-        from xsp._version import __version__
-        from xsp.producers import clock as distributed
-        from xsp.producers import dynamo
         meta = {"xsp_version": __version__}
         meta.update(_process_meta(torch))
         self._meta = opts.meta = meta   # start samples go in (_sync_start)
@@ -478,7 +478,6 @@ class profile(_core.Session):
     def _sync_start(self):
         if self._state != "new":
             return
-        from xsp.producers import clock as distributed
         if distributed.active():
             self._meta.update(_process_meta(self._torch_mod))
         self._meta.update(distributed.start_meta(_core.now))
@@ -486,7 +485,6 @@ class profile(_core.Session):
     def _sync_stop(self):
         # only after a start exchange: every rank then comes here too (SPMD)
         if self._meta.get("clock.sync") == "process group" and self._data is not None:
-            from xsp.producers import clock as distributed
             self._data._add_meta(distributed.stop_meta(_core.now, self._meta["job_id"]))
 
     def start(self):
