@@ -102,12 +102,16 @@ CASES = {  # model, markers of its break lines, words every reason of its breaks
 def fresh():
     torch._dynamo.reset()
     du.counters.clear()
+    du.clear_compilation_metrics()      # a bounded deque: a full one would not grow
     torch.manual_seed(0)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _forget_compilation_metrics():
-    """Dynamo keeps its last 64 compilation metrics: emptied for the test files after this."""
+    """Dynamo keeps its last 64 compilation metrics: emptied before this file (a test slices
+    the metrics its own compilations added, which a full deque would not grow by: the earlier
+    test files' compilations made test_recompiles_... read none) and for the files after it."""
+    du.clear_compilation_metrics()
     yield
     du.clear_compilation_metrics()
     torch._dynamo.reset()

@@ -91,8 +91,14 @@ class _Injector:
 
 
 def _run_traced(levels, at):
+    """One traced profile of MODEL(X), interrupted at line event `at` (0: never).  The
+    collector is off while it runs: a finalizer of an earlier test's garbage, run by a
+    collection inside one run and not the next, would add line events to one count only, and
+    the runs must see the same lines."""
     inj = _Injector(at)
     holder = {}
+    gc_was = gc.isenabled()
+    gc.disable()
     sys.settrace(inj)
     try:
         holder["prof"] = xsp.profile(levels=levels)
@@ -103,6 +109,8 @@ def _run_traced(levels, at):
         outcome = "interrupted"
     finally:
         sys.settrace(None)
+        if gc_was:
+            gc.enable()
     return inj, holder.get("prof"), outcome
 
 
