@@ -15,20 +15,24 @@
 #include "kinetow.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "kmemw.h"
 
 /* the keys the rules read; 0 is none */
 enum { K_NONE, K_SEQ, K_FWD_OP, K_API, K_CORRELATION, K_CBID, K_DEVICE, K_STREAM, K_REGISTERS,
        K_SMEM_STATIC, K_SMEM_DYNAMIC, K_GRID_X, K_GRID_Y, K_GRID_Z, K_BLOCK_X, K_BLOCK_Y,
        K_BLOCK_Z, K_BYTES, K_KCAT, K_INPUT_DIMS, K_INPUT_TYPES, K_INPUT_STRIDES,
-       K_CONCRETE_INPUTS, K_N };
+       K_CONCRETE_INPUTS, K_MEM0, K_N = K_MEM0 + XSP_KMEM_NDEV * XSP_KMEM_NFIELD };
 static const char *const KNOWN[K_N] = {
     "", "seq", "fwd_op", "api", "correlation", "cbid", "device", "stream", "registers",
     "smem_static", "smem_dynamic", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
     "block_z", "bytes", "k.cat", "input_dims", "input_types", "input_strides",
-    "concrete_inputs"};
+    "concrete_inputs"};     /* then mem.<dev>.<field>, matched by role_of */
 /* how the attribute loop writes a key (the role's high byte) */
 enum { M_OTHER = 0, M_K = 1, M_KLIST = 2, M_SKIP = 3 };
+#define ROLE_MEM 0x400u             /* the key starts with "mem.": the span has memory sums */
 #define ROLE_UNSET 0xFFFFu
 
 static const char *const CATEGORY[XSP_NKINDS] = {
@@ -60,7 +64,10 @@ typedef struct ctx {
     xsp_jsonw *w;
     const xsp_trace *t;
     const xsp_kineto_cols *c;
-    uint16_t *role;             /* per string id: K_* | M_* << 8, or ROLE_UNSET */
+    uint16_t *role;             /* per string id: K_* | M_* << 8 | ROLE_MEM, or ROLE_UNSET */
+    uint32_t *first, *next;     /* children lists (xsp_kmem_children), made at the first span
+                                 * with memory; NULL before */
+    int nomem;                  /* an allocation failed: the memory instants are missing */
     karg *args;                 /* the span's args being built */
     uint32_t n_args;
     const xsp_attr *kv[K_N];    /* the span's known attributes (the last of each key) */
@@ -84,15 +91,25 @@ static unsigned role_of(ctx *x, uint32_t key)
         return x->role[key];
     size_t n;
     const char *s = str_of(x->t, key, &n);
-    unsigned known = K_NONE, mode = M_OTHER;
-    for (unsigned k = 1; k < K_N; k++)
+    unsigned known = K_NONE, mode = M_OTHER, mem = 0;
+    for (unsigned k = 1; k < K_MEM0; k++)
         if (strlen(KNOWN[k]) == n && memcmp(KNOWN[k], s, n) == 0)
             known = k;
+    if (n >= 4 && memcmp(s, "mem.", 4) == 0) {
+        mem = ROLE_MEM;
+        for (unsigned k = 0; k < K_N - K_MEM0; k++) {
+            char name[40];
+            int len = snprintf(name, sizeof name, "mem.%s.%s", xsp_kmem_dev(k / XSP_KMEM_NFIELD),
+                               xsp_kmem_field(k % XSP_KMEM_NFIELD));
+            if ((size_t)len == n && memcmp(name, s, n) == 0)
+                known = K_MEM0 + k;
+        }
+    }
     if (n >= 2 && s[0] == 'k' && s[1] == '.')
         mode = n >= 4 && s[n - 2] == '[' && s[n - 1] == ']' ? M_KLIST : M_K;
     else if (known == K_SEQ || known == K_FWD_OP)
         mode = M_SKIP;
-    x->role[key] = (uint16_t)(known | mode << 8);
+    x->role[key] = (uint16_t)(known | mode << 8 | mem);
     return x->role[key];
 }
 
@@ -353,7 +370,7 @@ static void attr_args(ctx *x, const xsp_span *s)
             later = at[m].key == at[j].key;
         if (later)
             continue;
-        unsigned mode = role_of(x, at[j].key) >> 8;
+        unsigned mode = role_of(x, at[j].key) >> 8 & 3;
         size_t n;
         const char *key = str_of(x->t, at[j].key, &n);
         kval v = attr_val(x->t, &at[j]);
@@ -376,8 +393,28 @@ static void sep(ctx *x)
     x->comma = 1;
 }
 
-static void write_event(ctx *x, uint32_t i, int64_t *step_cur, int64_t *lev_cur,
-                        int64_t *mem_cur)
+/* The "[memory]" instants of span i, at the first ns of its own time. */
+static void memory(ctx *x, uint32_t i)
+{
+    const xsp_trace *t = x->t;
+    if (!x->first) {
+        x->first = malloc(sizeof *x->first * t->n_spans);
+        x->next = malloc(sizeof *x->next * t->n_spans);
+        if (!x->first || !x->next) {
+            free(x->first);
+            free(x->next);
+            x->first = x->next = NULL;
+            x->nomem = 1;
+            return;
+        }
+        xsp_kmem_children(t, x->first, x->next);
+    }
+    const xsp_span *s = &t->spans[i];
+    xsp_kmem_write(x->w, &x->kv[K_MEM0], x->c->track_pid[s->thread], x->c->track_tid[s->thread],
+                   xsp_kmem_instant(t, x->first, x->next, i), x->c->base_ns);
+}
+
+static void write_event(ctx *x, uint32_t i, int64_t *step_cur, int64_t *lev_cur)
 {
     const xsp_trace *t = x->t;
     const xsp_kineto_cols *c = x->c;
@@ -386,8 +423,10 @@ static void write_event(ctx *x, uint32_t i, int64_t *step_cur, int64_t *lev_cur,
     xsp_jsonw *w = x->w;
     memset(x->kv, 0, sizeof x->kv);
     const xsp_attr *at = t->attrs + s->attr_off;
+    unsigned has_mem = 0;
     for (uint32_t j = 0; j < s->attr_n; j++) {
-        unsigned known = role_of(x, at[j].key) & 0xFF;
+        unsigned role = role_of(x, at[j].key), known = role & 0xFF;
+        has_mem |= role & ROLE_MEM;
         if (known)
             x->kv[known] = &at[j];
     }
@@ -475,13 +514,8 @@ static void write_event(ctx *x, uint32_t i, int64_t *step_cur, int64_t *lev_cur,
         write_val(w, &a->v);
     }
     xsp_jsonw_lit(w, "}}");
-    while (*mem_cur < c->n_mem && c->mem_id[*mem_cur] < i)
-        ++*mem_cur;
-    if (*mem_cur < c->n_mem && c->mem_id[*mem_cur] == i && k != XSP_KIND_REGION
-        && c->mem_text[*mem_cur].n) {
-        sep(x);
-        xsp_jsonw_text(w, c->mem_text[*mem_cur].s, c->mem_text[*mem_cur].n);
-    }
+    if (has_mem && k != XSP_KIND_REGION)       /* profile_memory: as torch writes it */
+        memory(x, i);
 }
 
 /* One flow event: {"ts": .., "ph": .., "id": .., "pid": .., "tid": .., "cat": .., "name": ..} */
@@ -566,11 +600,13 @@ int xsp_kineto_write_events(xsp_jsonw *w, const xsp_trace *t, const xsp_kineto_c
         return -1;
     }
     memset(x.role, 0xFF, sizeof *x.role * t->strings.n);
-    int64_t step_cur = 0, lev_cur = 0, mem_cur = 0;
+    int64_t step_cur = 0, lev_cur = 0;
     for (uint32_t i = 0; i < t->n_spans && !xsp_jsonw_failed(w); i++)
-        write_event(&x, i, &step_cur, &lev_cur, &mem_cur);
+        write_event(&x, i, &step_cur, &lev_cur);
     flows(&x);
     free(x.role);
     free(x.args);
-    return 0;
+    free(x.first);
+    free(x.next);
+    return x.nomem ? -1 : 0;
 }

@@ -4,7 +4,7 @@
  *
  * The split with Python: what needs a view of the whole trace and is cheap as numpy columns
  * (External ids, the enclosing op and module of each span, module names, steps, track pids,
- * the re-parsed JSON of list attributes, memory events) is computed there and passed in as
+ * the re-parsed JSON of list attributes) is computed there and passed in as
  * the columns below; this file writes one event per span from them and the span's attributes,
  * applying the per-kind rules of the Python reference writer (kineto._reference_events)
  * exactly, then the flows.  The header (top-level keys, process and thread names) and the tail
@@ -57,10 +57,6 @@ typedef struct xsp_kineto_cols {
     const int64_t *lev_id;
     const int64_t *lev_int;
     const double *lev_float;    /* NULL when the values are int64 */
-    /* "[memory]" instants after a span's event, by span id, increasing: JSON text */
-    uint32_t n_mem;
-    const int64_t *mem_id;
-    const xsp_bytes *mem_text;
     /* JSON text of string values that are JSON lists (k.<arg>[] and the input attributes),
      * by string id, increasing; a NULL text: not JSON */
     uint32_t n_json;
@@ -73,7 +69,7 @@ typedef struct xsp_kineto_cols {
 } xsp_kineto_cols;
 
 /* Writes the events of every span of t (each preceded by ",\n" when comma, else the first
- * without), its memory instants, then the ac2g, fwdbwd and intra-op flows, to w.  Returns 0,
+ * without), its memory instants (kmemw.h), then the ac2g, fwdbwd and intra-op flows, to w.  Returns 0,
  * or -1 on allocation failure (w's text then incomplete).  Failures of w itself are sticky in
  * w.  t and cols are not modified; the columns must have the lengths said above. */
 int xsp_kineto_write_events(xsp_jsonw *w, const xsp_trace *t, const xsp_kineto_cols *cols,

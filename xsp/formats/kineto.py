@@ -14,7 +14,12 @@ memsets `kernel`/`gpu_memcpy`/`gpu_memset` on the device's process and the strea
 with the args Kineto writes where xsp has the value; `ac2g` flows join each API call to its
 GPU work and `fwdbwd` flows each forward op to its backward function.  What only xsp knows
 (the module's qualified name, the level, the span id, lost counters, leveled latencies) goes
-in args named "xsp.*" and in the top-level key "xsp", which Kineto's readers ignore.
+in args named "xsp.*" and in the top-level key "xsp", which Kineto's readers ignore.  The
+events are written by C (csrc/io/kinetow.c over the JSON layer csrc/io/jsonw.c, streamed, gzip
+for .gz, the GIL released; the memory instants in csrc/io/kmemw.c) from columns made here with
+numpy (_columns); the Python writer it
+replaced stays as _reference_write, the tests' reference and the writer of hand-made traces
+with values past int64.
 
 Reading (in C, csrc/io/kjson.c and kbuild.c, streamed a chunk at a time with a size cap; every
 malformed field a TraceFormatError naming the event and the field).  Events are nested per
@@ -401,7 +406,7 @@ def _utf8(text):
 def _columns(trace, base_ns, leveled):
     """(head, tail, cols): the text around the events and the columns of xsp_kineto_cols
     (csrc/io/kinetow.h) for trace, vectorised but for the few spans that need Python (module
-    names, steps, memory instants).  Raises _Outside for a value past int64."""
+    and step names).  Raises _Outside for a value past int64."""
     base_ns, pid = _base_pid(trace, base_ns)
     if not -I64 <= base_ns < I64:
         raise _Outside()
@@ -470,7 +475,6 @@ def _columns(trace, base_ns, leveled):
         cols["lev_val"] = _i64([v for _, v in lev])
     else:
         raise _Outside()
-    cols.update(_memory_cols(trace, base_ns, track))
     cols.update(_json_cols(trace))
     links = spawn_links(trace)
     cols["spawn_i"] = _i64([i for i, _ in links])
@@ -510,25 +514,6 @@ def _step_cols(trace, kinds, leveled, name_sid, sid):
         raise _Outside() from None
     out["step_why"] = [None] + [_utf8(steps[h]) for h in hows[1:]]
     return out
-
-
-def _memory_cols(trace, base_ns, track):
-    """mem_id, mem_text: the "[memory]" instants of each span with mem.* attributes (not the
-    region), as JSON text."""
-    keys = [k for k in trace.strings if k.startswith("mem.")]
-    ids = set()
-    for key in keys:
-        ids.update(trace.attr_column(key)[0].tolist())
-    kinds = trace.kind_codes
-    ids = sorted(i for i in ids if kinds[i] != K["region"])
-    mem_at = _self_instants(trace, ids) if ids else {}
-    thread_idx = trace.thread_index
-    texts = []
-    for i in ids:
-        p_, t_ = track[thread_idx[i]]
-        lines = _memory_events(trace.attrs_of(i), p_, t_, _us(mem_at[i] - base_ns))
-        texts.append(",\n".join(lines).encode("utf-8", "replace") if lines else None)
-    return {"mem_id": _i64(ids), "mem_text": texts}
 
 
 def _json_cols(trace):
