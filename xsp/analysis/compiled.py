@@ -22,7 +22,7 @@ def compiles(trace):
     ids = np.nonzero(compile_mask(trace))[0]
     step = trace.nearest_ancestor(trace.kind_codes == _STEP, include_self=False)
     gb = np.nonzero((trace.kind_codes == _SCOPE) & np.array(
-        [trace.strings[c] == GRAPH_BREAK for c in trace.name_codes], dtype=bool))[0] \
+        [s == GRAPH_BREAK for s in trace.strings], dtype=bool)[trace.name_codes])[0] \
         if len(trace) else np.zeros(0, dtype=np.int64)
     under = trace.nearest_ancestor(compile_mask(trace), include_self=False)
     reasons = {}
@@ -75,6 +75,8 @@ def summary(trace):
     """What torch.compile did in trace, or None when it compiled nothing there: {compiles,
     recompiles, graph_breaks, compile_ns (the compile spans' total time), steps (names of the
     steps that compiled)}."""
+    if not len(trace) or not compile_mask(trace).any():      # the usual case: no table made
+        return None
     df = compiles(trace)
     if not len(df):
         return None

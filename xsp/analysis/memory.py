@@ -38,9 +38,13 @@ def _num(df, key):
 
 
 def has_memory(source):
-    """Whether the trace carries memory per span (recorded with profile_memory=True)."""
-    df = _table(source)
-    return any(c.startswith("mem.") and c.split(".")[-1] in FIELDS for c in df.columns)
+    """Whether the trace carries memory per span (recorded with profile_memory=True): a
+    mem.<dev>.<field> column, told for a trace from its attribute keys (no table is made)."""
+    if isinstance(source, Trace):
+        columns = source.column_names()
+    else:
+        columns = _table(source).columns
+    return any(c.startswith("mem.") and c.split(".")[-1] in FIELDS for c in columns)
 
 
 def _require(df):

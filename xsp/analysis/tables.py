@@ -24,7 +24,8 @@ import pandas as pd
 from xsp.analysis import flops
 from xsp.analysis import peaks as P
 from xsp.core import iterations
-from xsp.values.trace import Trace, ancestor_count, nearest_ancestor
+from xsp.core.util import printable
+from xsp.values.trace import KINDS, Trace, ancestor_count, nearest_ancestor
 
 GPU_WORK = ("kernel", "memcpy", "memset")
 # the names of torch.compile's compile spans (xsp.compiled.COMPILE, RECOMPILE)
@@ -51,46 +52,118 @@ class _Source:
         self.dropped_tail = None    # (span id, why) of a last step that is not an iteration
         self.setup_rule = None      # how windows() decided the setup: a sentence, or None
         self._nearest = {}          # (kinds, strict) -> nearest(): analyses share one source
+        self._trace = None          # a Trace source: its columns are read one at a time
+        self._df = None             # the span table: given, or made when df is first read
+        self._cols = {}             # column(): the columns read so far
+        self._codes = None          # name_codes(), once computed
         if isinstance(source, Trace):
-            self.df = source.to_pandas()
+            self._trace = source
+            self.columns = source.column_names()
             self.meta = dict(source.meta)
+            self.n = len(source)
         elif isinstance(source, pd.DataFrame):
-            self.df = source
+            self._df = source
             self.meta = dict(source.attrs.get("meta", {}))
         elif hasattr(source, "span_table") and hasattr(source, "trace"):
             # a Measurement (xsp.leveled), recognised by its span_table() and trace: leveled
             # sits above this module (it imports the analyses), so no isinstance here
             self.measurement = source
-            self.df = source.span_table()
+            self._df = source.span_table()
             self.meta = dict(source.trace.meta)
         else:
             raise TypeError("an analysis takes an xsp.Trace, an xsp.Measurement or a span "
                             "DataFrame (Trace.to_pandas()), not %s" % type(source).__name__)
+        if self._df is not None:
+            self.columns = list(self._df.columns)
+            self.n = len(self._df)
         need = {"id", "parent", "kind", "name", "duration_ns"}
-        missing = need - set(self.df.columns)
+        missing = need - set(self.columns)
         if missing:
             raise ValueError("the span table lacks column(s) %s" % ", ".join(sorted(missing)))
-        n = len(self.df)
-        ids = self.df["id"].to_numpy()
-        if n and not np.array_equal(ids, np.arange(n)):
-            raise ValueError("the span table's ids must be 0..n-1 in order (as to_pandas gives)")
-        self.parent = self.df["parent"].to_numpy().astype(np.int64)
+        n = self.n
+        if self._trace is None:             # a trace's ids are its indices
+            ids = self.column("id")
+            if n and not np.array_equal(ids, np.arange(n)):
+                raise ValueError("the span table's ids must be 0..n-1 in order (as to_pandas "
+                                 "gives)")
+        self.parent = self.column("parent").astype(np.int64)
         if n and not (self.parent < np.arange(n)).all():
             bad = int(np.nonzero(self.parent >= np.arange(n))[0][0])
             raise ValueError("span %d: parent %d is not before it (a span table's parents "
                              "must have smaller ids, as in every trace)" % (bad, self.parent[bad]))
-        self.kind = self.df["kind"].to_numpy()
-        self.dur = self.df["duration_ns"].to_numpy().astype(np.int64)
+        self.kind = self.column("kind")
+        if self._trace is not None and n:
+            # fixed-width str, not objects: the many kind tests run vectorised (a trace's
+            # kinds are KINDS, never missing)
+            self.kind = np.array(KINDS)[self._trace.kind_codes]
+        self.dur = self.column("duration_ns").astype(np.int64)
         levels = self.meta.get("levels")
         if isinstance(levels, str):
             self.has_gpu = "G" in levels
         else:
             self.has_gpu = bool(np.isin(self.kind, GPU_WORK + ("runtime", "driver")).any())
 
+    @property
+    def df(self):
+        """The span table (Trace.to_pandas() for a trace, made on first use: the tables read
+        single columns through column())."""
+        if self._df is None:
+            self._df = self._trace.to_pandas()
+        return self._df
+
+    def has(self, name):
+        """Whether the span table has column name."""
+        return name in self.columns
+
+    def column(self, name):
+        """Column name of the span table as a numpy array, as df[name].to_numpy() gives it
+        (for a trace, without making the table: Trace.column, with None as NaN in a text
+        column, as pandas' string columns hold it); read once (shared: read only)."""
+        if name not in self._cols:
+            if self._trace is None:
+                self._cols[name] = self._df[name].to_numpy()
+            else:
+                self._cols[name] = _as_in_frame(name, self._trace.column(name))
+        return self._cols[name]
+
+    @property
+    def names(self):
+        """The span names (an object array)."""
+        return self.column("name")
+
+    def name_codes(self):
+        """(codes, table): each span's name as an index into table (an object array of
+        distinct names), so that a test on names runs once per distinct name."""
+        if self._codes is None:
+            if self._trace is not None:
+                table = np.empty(len(self._trace.strings), dtype=object)
+                table[:] = [printable(v) for v in self._trace.strings]
+                # two strings that print the same are one name, as in the span table
+                first = {}
+                canon = np.array([first.setdefault(v, len(first)) for v in table.tolist()],
+                                 dtype=np.int64)
+                uniq = np.empty(len(first), dtype=object)
+                uniq[:] = list(first)
+                self._codes = (canon[self._trace.name_codes], uniq)
+            else:
+                codes, table = pd.factorize(pd.Series(self.names, dtype=object),
+                                            use_na_sentinel=False)
+                uniq = np.empty(len(table), dtype=object)
+                uniq[:] = list(table)
+                self._codes = (np.asarray(codes, dtype=np.int64), uniq)
+        return self._codes
+
+    def name_startswith(self, prefixes):
+        """Per span, whether its name (a str) starts with one of prefixes."""
+        codes, table = self.name_codes()
+        hit = np.array([isinstance(v, str) and v.startswith(prefixes) for v in table],
+                       dtype=bool)
+        return hit[codes] if len(codes) else np.zeros(0, dtype=bool)
+
     def col(self, name, default=None):
-        if name in self.df.columns:
-            return self.df[name].to_numpy()
-        return np.full(len(self.df), default, dtype=object)
+        if name in self.columns:
+            return self.column(name)
+        return np.full(self.n, default, dtype=object)
 
     def nearest(self, kinds, strict=True):
         """For each span, the id of its nearest ancestor (strict) or itself-or-ancestor whose
@@ -105,7 +178,7 @@ class _Source:
     def inclusive_sum(self, values, targets_kinds):
         """For each span of targets_kinds, the sum of values over the spans whose chain of
         ancestors of those kinds includes it (every enclosing one, not only the nearest)."""
-        out = np.zeros(len(self.df), dtype=np.int64)
+        out = np.zeros(self.n, dtype=np.int64)
         vals = np.asarray(values, dtype=np.int64)
         up = self.nearest(targets_kinds)
         below = up >= 0
@@ -142,7 +215,7 @@ class _Source:
         rule, which the Kineto export shares).  Computed once."""
         if self._windows is not None:
             return self._windows
-        w = iterations.windows(self.kind, self.df["name"].to_numpy(), self.parent,
+        w = iterations.windows(self.kind, self.names, self.parent,
                                self.col("start_ns", 0).astype(np.int64), self.dur,
                                self.col("flags", 0).astype(np.int64), self.meta,
                                carve_step0=self.measurement is None)
@@ -165,7 +238,7 @@ class _Source:
         if self._iteration_of is not None:
             return self._iteration_of
         ids, ws, we, setup = self.windows()
-        n = len(self.df)
+        n = self.n
         out = np.full(n, -1, dtype=np.int64)
         if len(ids) and n:
             start = self.col("start_ns", 0).astype(np.int64)
@@ -211,9 +284,8 @@ class _Source:
     def compile_spans(self):
         """Mask of torch.compile's compile spans (kind scope, names COMPILE_PREFIXES)."""
         if self._compile_spans is None:
-            self._compile_spans = (self.kind == "scope") & pd.Series(
-                self.df["name"].to_numpy(), dtype=object).str.startswith(
-                    COMPILE_PREFIXES, na=False).to_numpy(dtype=bool)
+            self._compile_spans = (self.kind == "scope") & self.name_startswith(
+                COMPILE_PREFIXES)
         return self._compile_spans
 
     def compiling(self):
@@ -264,6 +336,21 @@ class _Source:
         return df
 
 
+def _as_in_frame(name, values):
+    """A column of Trace.column as the span table holds it: pandas makes a column whose values
+    are all str or None a string column, where None reads back as NaN."""
+    if values.dtype != object or not len(values):
+        return values
+    present = values != None                                    # noqa: E711 (elementwise)
+    if not present.any() or present.all():
+        return values
+    if name != "module" and not all(type(v) is str for v in values[present].tolist()):
+        return values
+    out = values.copy()
+    out[~present] = np.nan
+    return out
+
+
 def _gpu_columns(src):
     """Per span: inclusive kernel count, kernel ns and copy ns (memcpy + memset) of the GPU
     work in its subtree, and the same for the GPU work done in backward passes attributed to
@@ -295,7 +382,7 @@ def model_latency(source, batch_size=None):
         return pd.DataFrame({
             "iteration": np.arange(len(ids), dtype=np.int64),
             "id": ids.astype(np.int64),
-            "name": src.df["name"].to_numpy()[ids],
+            "name": src.names[ids],
             "kind": src.kind[ids],
             "start_ns": ws.astype(np.int64),
             "latency_ns": lat.astype(np.int64),
@@ -327,15 +414,14 @@ def _phase_masks(src):
     of one report share it)."""
     if src._phase_masks is not None:
         return src._phase_masks
-    names = pd.Series(src.df["name"].to_numpy(), dtype=object).astype(str)
     in_model = src.nearest(("model",)) >= 0
     is_model = src.kind == "model"
     top_layer = (src.kind == "module") & src.top_calls() & ~in_model
     bw = ((src.kind == "backward") | ((src.kind == "op")
-                                      & names.str.startswith(BACKWARD_OP).to_numpy(bool)))
+                                      & src.name_startswith(BACKWARD_OP)))
     bw &= ~in_model
     opt = (src.kind == "scope") & ~in_model
-    opt &= names.str.startswith(OPTIMIZER_SCOPES).to_numpy(bool)
+    opt &= src.name_startswith(OPTIMIZER_SCOPES)
     out = {}
     for name, m in (("forward", is_model), ("toplevel_layers", top_layer), ("backward", bw),
                     ("optimizer", opt)):
@@ -376,7 +462,7 @@ def _layer_mask(src):
     if has_l:
         is_model = src.kind == "model"
         up = src.nearest(("model",))
-        has_mod = np.zeros(len(src.df), dtype=bool)
+        has_mod = np.zeros(src.n, dtype=bool)
         u = up[is_mod]
         has_mod[u[u >= 0]] = True
         is_mod = is_mod | (is_model & ~has_mod)
@@ -387,7 +473,7 @@ def _layer_rows(src):
     is_mod = _layer_mask(src)
     ids = np.nonzero(is_mod)[0]
     enclosing = nearest_ancestor(src.parent, is_mod, include_self=False)
-    has_mod_child = np.zeros(len(src.df), dtype=bool)
+    has_mod_child = np.zeros(src.n, dtype=bool)
     e = enclosing[is_mod]
     has_mod_child[e[e >= 0]] = True
     depth = ancestor_count(src.parent, is_mod)      # layer ancestors of each layer span
@@ -402,7 +488,7 @@ def layers(source, shapes=False):
     allocator, with xsp.profile(profile_memory=True); NaN otherwise), and with shapes=True the
     input shapes (recorded with xsp.profile(record_shapes=True))."""
     src = _src(source)
-    if shapes and "shapes" not in src.df.columns:
+    if shapes and not src.has("shapes"):
         raise ValueError("this trace has no input shapes: record it with "
                          "xsp.profile(..., record_shapes=True)")
     ids, leaf, depth = _layer_rows(src)
@@ -410,7 +496,7 @@ def layers(source, shapes=False):
     df = pd.DataFrame({
         "index": np.arange(len(ids), dtype=np.int64),
         "id": ids.astype(np.int64),
-        "name": src.df["name"].to_numpy()[ids],
+        "name": src.names[ids],
         "type": src.col("type", None)[ids],
         "depth": depth[ids],
         "leaf": leaf[ids],
@@ -431,7 +517,7 @@ def _leaf_layers(src):
     keep = ids[leaf[ids] & src.counted()[ids]]
     return pd.DataFrame({
         "id": keep,
-        "name": src.df["name"].to_numpy()[keep],
+        "name": src.names[keep],
         "type": src.col("type", None)[keep],
         "latency_ns": src.dur[keep],
         "iteration": src.iteration_of()[keep],
@@ -452,9 +538,9 @@ def _backward_by_module(src):
     if (src.kind[src.iterations()] == "step").any():
         is_bw &= src.counted()                # iterations are steps: the backward is in them
     # else the iterations are the model calls (no steps), which the backward follows
-    if not is_bw.any() or "module" not in src.df.columns:
+    if not is_bw.any() or not src.has("module"):
         return pd.Series(dtype=np.int64)
-    return pd.Series(src.dur[is_bw]).groupby(src.df["module"].to_numpy()[is_bw]).sum()
+    return pd.Series(src.dur[is_bw]).groupby(src.column("module")[is_bw]).sum()
 
 
 def layer_ranking(source, n=None, include_compile=False):
@@ -558,8 +644,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
                          % (", ".join(c for c in cols if c not in ("name", "shapes")), sort))
     # an op's shapes: its input_dims (record_shapes: torch's Input Dims, which
     # key_averages(group_by_input_shape=True) groups by), else a "shapes" attribute
-    shape_col = ("input_dims" if "input_dims" in src.df.columns else
-                 "shapes" if "shapes" in src.df.columns else None)
+    shape_col = ("input_dims" if src.has("input_dims") else
+                 "shapes" if src.has("shapes") else None)
     if by_shape and shape_col is None:
         raise ValueError("this trace has no op input shapes: record it with "
                          "xsp.profile(..., record_shapes=True)")
@@ -567,7 +653,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     # shown as its own spans (xsp.compiled), not the iteration's ops: counted() leaves it out
     sel = (src.kind == "op") & src.counted()
     par = src.parent
-    names = src.df["name"].to_numpy()
+    names = src.names
     dup = redispatches(src.kind == "op", names, par) & sel
     sel &= ~dup
     ids = np.nonzero(sel)[0]
@@ -581,7 +667,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
         top = nearest_ancestor(par, ~dup, include_self=True)
         d = np.nonzero(dup)[0]
         np.add.at(self_ns, top[d], self_ns[d])
-    df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids], "first": ids,
+    df = pd.DataFrame({"name": src.names[ids], "first": ids,
                        "total_ns": src.dur[ids], "self_ns": self_ns[ids]})
     keys = ["name"]
     if by_shape:
@@ -592,7 +678,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
         work = kern_ns + copy_ns
         df["gpu_ns"] = src.inclusive_sum(work, ("op",))[ids]
         up = src.nearest(("op",))
-        own = np.zeros(len(src.df), dtype=np.int64)
+        own = np.zeros(src.n, dtype=np.int64)
         w = (work > 0) & (up >= 0)
         np.add.at(own, up[w], work[w])
         df["gpu_self_ns"] = own[ids]
@@ -626,7 +712,7 @@ def kernels(source):
     src = _src(source)
     ids = np.nonzero(src.kind == "kernel")[0]
     op = src.nearest(("op",))[ids]
-    names = src.df["name"].to_numpy()
+    names = src.names
     df = pd.DataFrame({
         "index": np.arange(len(ids), dtype=np.int64),
         "id": ids.astype(np.int64),
@@ -672,7 +758,7 @@ def _by(src, kinds, label):
             "cpu_ns", "gpu_share"]
     if not len(ids):
         return src.tag(_empty(cols))
-    names = src.df["name"].to_numpy()
+    names = src.names
     df = pd.DataFrame({label: names[ids], "type": src.col("type", None)[ids],
                        "latency_ns": src.dur[ids], "first": ids})
     if src.has_gpu:
@@ -782,9 +868,9 @@ def _objects(values, index):
 def _has_inputs(src):
     """Whether the source's op spans carry their inputs (xsp.profile(record_shapes=True)):
     what xsp.flops computes FLOPs and bytes from."""
-    if "input_dims" not in src.df.columns:
+    if not src.has("input_dims"):
         return False
-    v = src.df["input_dims"].to_numpy()[np.isin(src.kind, OP_KINDS)]
+    v = src.column("input_dims")[np.isin(src.kind, OP_KINDS)]
     return bool(pd.notna(v).any())
 
 
@@ -801,7 +887,7 @@ def _op_costs(source, src):
     if missing:
         raise ValueError("xsp.analysis.flops.op_costs gave no column(s) %s" % ", ".join(sorted(missing)))
     ids = oc["id"].to_numpy().astype(np.int64)
-    if len(ids) and (ids.min() < 0 or ids.max() >= len(src.df)):
+    if len(ids) and (ids.min() < 0 or ids.max() >= src.n):
         raise ValueError("xsp.analysis.flops.op_costs gave span ids outside the trace")
     return oc
 
@@ -818,7 +904,7 @@ def _span_costs(source, src, need_costs):
     another op's formula), the tree's only cost rows then; otherwise the tree keeps its
     analytical values and its kernels' counters, if any, are not used (such trees are
     counted: `partial`, the last value returned)."""
-    n = len(src.df)
+    n = src.n
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
     dtype = np.full(n, None, dtype=object)
@@ -1058,7 +1144,7 @@ class _RooflineCosts:
         src, ids = self.src, self.ids
         if by == "op":
             dur = src.inclusive_sum(self.work, OP_KINDS)[ids] if self.gpu else src.dur[ids]
-            df = pd.DataFrame({"name": src.df["name"].to_numpy()[ids],
+            df = pd.DataFrame({"name": src.names[ids],
                                "dtype_key": [d or "" for d in self.dtype[ids]], "first": ids,
                                "dur": dur})
             self.keys = ["name", "dtype_key"]
@@ -1067,7 +1153,7 @@ class _RooflineCosts:
                 key = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS
                                 for o in src.col("module", None)], dtype=object)
             else:
-                key = np.full(len(src.df), "(model)", dtype=object)
+                key = np.full(src.n, "(model)", dtype=object)
             df = pd.DataFrame({"key": key[ids], "first": ids})
             self.keys = "key"
         df["flops"] = self.flops[ids]
@@ -1178,7 +1264,7 @@ def _layer_times(src, scope, gpu, work, is_op):
         up = src.nearest(OP_KINDS, strict=True)
         sel = is_op & scope
         has_up = up >= 0
-        diff = np.ones(len(src.df), dtype=bool)
+        diff = np.ones(src.n, dtype=bool)
         diff[has_up] = owner[has_up] != owner[up[has_up]]
         outer = np.nonzero(sel & diff)[0]
         for d, m in ((fwd, ~bwp[outer]), (bwd, bwp[outer])):
@@ -1187,7 +1273,7 @@ def _layer_times(src, scope, gpu, work, is_op):
             inner = o[up[o] >= 0]
             add(d, owner[up[inner]], -src.dur[inner])
     lid = np.nonzero(np.isin(src.kind, ("module", "model")) & scope)[0]
-    names = src.df["name"].to_numpy()[lid]
+    names = src.names[lid]
     calls = pd.Series(names).value_counts().to_dict() if len(lid) else {}
     typ = {}
     for nm, t in zip(names.tolist(), src.col("type", None)[lid].tolist()):
@@ -1207,7 +1293,7 @@ def _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device):
     k["flops"] = pd.to_numeric(pd.Series(src.col("flops", None)[ids]), errors="coerce")
     k["dram_bytes"] = pd.to_numeric(pd.Series(src.col("dram_bytes", None)[ids]),
                                     errors="coerce")
-    dt = np.full(len(src.df), None, dtype=object)
+    dt = np.full(src.n, None, dtype=object)
     if _has_inputs(src):
         oc = _op_costs(source, src)
         dt[oc["id"].to_numpy().astype(np.int64)] = [

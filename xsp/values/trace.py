@@ -113,6 +113,7 @@ class Trace:
         self._children = None
         self._self_ns = None
         self._depth = None
+        self._names = None          # _printable_names(), once computed
 
     # -- columns -------------------------------------------------------------------------
     @property
@@ -523,57 +524,94 @@ class Trace:
         seq, fwd_op, ...; missing where a span lacks it).  An attribute whose key is one of
         the columns before is in column "attr.<key>"; the attributes xsp writes keep their
         type (a value of another type, only in a hand-made or damaged trace, is shown as text
-        for type and shapes, as missing for the numeric ones)."""
+        for type and shapes, as missing for the numeric ones).  Each column is column(name)."""
         import pandas as pd
 
+        return pd.DataFrame({c: self.column(c) for c in self.column_names()})
+
+    def column_names(self):
+        """The names of to_pandas' columns, in its order (a new list; no table is built)."""
+        names = list(self._COLUMNS)
+        for _, key in self._attr_keys():
+            while key in names:
+                key = "attr." + key
+            names.append(key)
+        return names
+
+    def column(self, name):
+        """One column of to_pandas (name: one of column_names()) as a numpy array, without
+        pandas: strings (kind, level, name, module, text attributes) as object arrays, None
+        where a span lacks an attribute.  Raises KeyError for a name that is not a column."""
         n = len(self)
-        # the strings as pandas can hold them: a name that was not UTF-8 (lone surrogates,
-        # kept byte for byte by the core) with '?' for them, as the reports and exporters
-        # write it (pandas' default string columns are Arrow's when pyarrow is installed,
-        # which refuse surrogates)
-        strings = self.strings
-        try:
-            "".join(strings).encode("utf-8")
-        except UnicodeEncodeError:
-            strings = [_printable(v) for v in strings]
-        names = np.empty(len(strings), dtype=object)
-        names[:] = strings
-        tid_list = [t[0] for t in self.threads]
-        tids = np.array(tid_list, dtype=np.uint64 if tid_list and max(tid_list) >= 2 ** 63
-                        else np.int64)
-        module = np.full(n, None, dtype=object)
-        owner = self._module_owner()
-        has = owner >= 0
-        module[has] = names[self._name[owner[has]]]
-        cols = {
-            "id": np.arange(n, dtype=np.int64),
-            "parent": self.parent_ids,
-            "level": np.array(LEVELS, dtype=object)[self._level] if n else [],
-            "kind": np.array(KINDS, dtype=object)[self._kind] if n else [],
-            "name": names[self._name] if n else [],
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "duration_ns": self.duration_ns,
-            "self_ns": self.self_ns,
-            "thread": tids[self._thread] if n else np.zeros(0, dtype=np.int64),
-            "depth": self.depth,
-            "module": module,
-            "flags": self._flags.astype(np.int64),
-        }
-        if len(self._akey):
-            owner = self._attr_owner()
-            for k in np.unique(self._akey):
-                key = strings[k]
-                col = np.full(n, None, dtype=object)
-                ids, sel = self._attr_entries(k, owner)
-                if len(ids):
-                    vals = np.empty(len(ids), dtype=object)
-                    vals[:] = self._attr_column_values(key, self._attr_values(sel, strings))
-                    col[ids] = vals
-                while key in cols:
-                    key = "attr." + key
-                cols[key] = col
-        return pd.DataFrame(cols)
+        if name in ("level", "kind", "name", "module") and not n:
+            return [] if name != "module" else np.full(0, None, dtype=object)
+        if name == "id":
+            return np.arange(n, dtype=np.int64)
+        if name == "parent":
+            return self.parent_ids
+        if name == "level":
+            return np.array(LEVELS, dtype=object)[self._level]
+        if name == "kind":
+            return np.array(KINDS, dtype=object)[self._kind]
+        if name == "name":
+            return self._printable_names()[self._name]
+        if name in ("start_ns", "end_ns", "duration_ns", "self_ns", "depth"):
+            return getattr(self, name)
+        if name == "thread":
+            tid_list = [t[0] for t in self.threads]
+            tids = np.array(tid_list, dtype=np.uint64 if tid_list and max(tid_list) >= 2 ** 63
+                            else np.int64)
+            return tids[self._thread] if n else np.zeros(0, dtype=np.int64)
+        if name == "module":
+            module = np.full(n, None, dtype=object)
+            owner = self._module_owner()
+            has = owner >= 0
+            module[has] = self._printable_names()[self._name[owner[has]]]
+            return module
+        if name == "flags":
+            return self._flags.astype(np.int64)
+        taken = list(self._COLUMNS)
+        for kid, key in self._attr_keys():     # the column each key got (attr.<key> on a clash)
+            col = key
+            while col in taken:
+                col = "attr." + col
+            taken.append(col)
+            if col == name:
+                break
+        else:
+            raise KeyError("no column %r in this trace (column_names() lists them)" % name)
+        strings = self._printable_names()
+        col = np.full(n, None, dtype=object)
+        ids, sel = self._attr_entries(kid, self._attr_owner())
+        if len(ids):
+            vals = np.empty(len(ids), dtype=object)
+            vals[:] = self._attr_column_values(key, self._attr_values(sel, strings))
+            col[ids] = vals
+        return col
+
+    def _attr_keys(self):
+        """The attribute keys as to_pandas orders its columns (by string id): (string id,
+        key as str) pairs."""
+        if not len(self._akey):
+            return []
+        strings = self._printable_names()
+        return [(k, strings[k]) for k in np.unique(self._akey).tolist()]
+
+    def _printable_names(self):
+        """The strings as pandas can hold them, an object array: a name that was not UTF-8
+        (lone surrogates, kept byte for byte by the core) with '?' for them, as the reports and
+        exporters write it (pandas' default string columns are Arrow's when pyarrow is
+        installed, which refuse surrogates).  Computed once."""
+        if self._names is None:
+            strings = self.strings
+            try:
+                "".join(strings).encode("utf-8")
+            except UnicodeEncodeError:
+                strings = [_printable(v) for v in strings]
+            names = np.empty(len(strings), dtype=object)
+            names[:] = strings
+            self._names = names
+        return self._names
 
     def top(self, n=10, kind="module", leaf_only=True):
         """The n names of the given kind with the most total time, as a DataFrame with columns
