@@ -47,7 +47,6 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 
 from xsp.values.trace import KINDS, Trace, nearest_ancestor
 
@@ -409,6 +408,7 @@ class _Costs:
     """Everything op_costs, costs and summary need, computed once for a trace."""
 
     def __init__(self, trace):
+        import pandas as pd
         if not isinstance(trace, Trace):
             raise TypeError("xsp.flops takes an xsp.Trace, not %s" % type(trace).__name__)
         torch = _torch()
@@ -626,6 +626,7 @@ def costs(trace, by="layer"):
     and 0 where the group has no costed op.
 
     Raises ValueError for an unknown `by` and as op_costs does (TypeError, ImportError too)."""
+    import pandas as pd
     if by not in BY:
         raise ValueError("by must be one of %s, not %r" % (", ".join(map(repr, BY)), by))
     c = _Costs(trace)

@@ -12,7 +12,6 @@ with no span open are counted in the trace's counters memory.outside_spans.<dev>
 Every function takes an xsp.Trace or a span table (Trace.to_pandas()).
 """
 import numpy as np
-import pandas as pd
 
 from xsp.values.trace import Trace, nearest_ancestor
 
@@ -22,6 +21,7 @@ OP_KINDS = ("op", "backward", "scope")
 
 
 def _table(source):
+    import pandas as pd
     if isinstance(source, Trace):
         return source.to_pandas()
     if isinstance(source, pd.DataFrame):
@@ -32,6 +32,7 @@ def _table(source):
 
 def _num(df, key):
     """Column key as float (NaN where missing or not a number)."""
+    import pandas as pd
     if key not in df.columns:
         return np.full(len(df), np.nan)
     return pd.to_numeric(df[key], errors="coerce").to_numpy(dtype=float)
@@ -60,6 +61,7 @@ def spans(source, device=None):
     allocated, torch.profiler's "self memory"), peak_bytes, total_bytes, start_ns, end_ns; in
     span order.  device: one of DEVICES to keep only its rows.  Raises ValueError when the
     trace has no memory, or for an unknown device."""
+    import pandas as pd
     df = _table(source)
     _require(df)
     if device is not None and device not in DEVICES:
@@ -116,6 +118,7 @@ def layers(source, device="cpu"):
     peak), backward_alloc_bytes (allocated by the backward functions of the ops it ran, summed
     per qualified name over the trace: the same for every call of that name).  NaN where the
     call saw no event on the device.  Raises ValueError when the trace has no memory."""
+    import pandas as pd
     df = _table(source)
     _require(df)
     if device not in DEVICES:
@@ -155,6 +158,7 @@ def timeline(source, device="cpu"):
     (the span's end), total_bytes (allocated on the device after its last event), peak_bytes
     (the highest total reported during its events, at some time inside it), start_ns, id,
     name.  Raises ValueError when the trace has no memory."""
+    import pandas as pd
     s = spans(source, device=device)
     out = pd.DataFrame({"time_ns": s["end_ns"], "total_bytes": s["total_bytes"],
                         "peak_bytes": s["peak_bytes"], "start_ns": s["start_ns"],

@@ -17,9 +17,9 @@ When the source recorded no level G, the G-dependent columns are empty (NaN or N
 a CPU run does not say that no GPU work happened.
 """
 import math
+import sys
 
 import numpy as np
-import pandas as pd
 
 from xsp.analysis import flops
 from xsp.analysis import peaks as P
@@ -31,6 +31,13 @@ GPU_WORK = ("kernel", "memcpy", "memset")
 # the names of torch.compile's compile spans (xsp.compiled.COMPILE, RECOMPILE)
 COMPILE_PREFIXES = ("torch.compile: compile ", "torch.compile: recompile ")
 ITERATION_KINDS = ("step", "model", "region")
+
+
+def _is_frame(source):
+    """Whether source is a pandas DataFrame (pandas is loaded wherever there is one: the
+    tables of a trace do not load it for this test)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(source, pd.DataFrame)
 
 
 def _src(source, include_compile=False):
@@ -61,7 +68,7 @@ class _Source:
             self.columns = source.column_names()
             self.meta = dict(source.meta)
             self.n = len(source)
-        elif isinstance(source, pd.DataFrame):
+        elif _is_frame(source):
             self._df = source
             self.meta = dict(source.attrs.get("meta", {}))
         elif hasattr(source, "span_table") and hasattr(source, "trace"):
@@ -146,6 +153,7 @@ class _Source:
                 uniq[:] = list(first)
                 self._codes = (canon[self._trace.name_codes], uniq)
             else:
+                import pandas as pd
                 codes, table = pd.factorize(pd.Series(self.names, dtype=object),
                                             use_na_sentinel=False)
                 uniq = np.empty(len(table), dtype=object)
@@ -362,6 +370,7 @@ def _gpu_columns(src):
 
 
 def _empty(columns):
+    import pandas as pd
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
@@ -370,6 +379,7 @@ def model_latency(source, batch_size=None):
     step, model or region span it is), name, kind, start_ns, latency_ns (its window: for the
     first iteration carved from step#0, from its first model call to the end of step#0) and
     throughput_per_s = batch_size / latency in seconds (NaN without batch_size)."""
+    import pandas as pd
     src = _src(source)
     if batch_size is not None and (not isinstance(batch_size, (int, np.integer))
                                    or batch_size <= 0):
@@ -436,6 +446,7 @@ def phases(source):
     layers), backward_ns (backward functions, on any thread), optimizer_ns (the optimizer's
     step and zero_grad), other_ns (step_ns minus the four: Python, data loading, waiting).
     Each is the sum of the outermost spans of that phase in the iteration."""
+    import pandas as pd
     src = _src(source)
     lat = src.latencies()
     n_it = len(lat)
@@ -487,6 +498,7 @@ def layers(source, shapes=False):
     allocated_bytes (memory allocated in the call where PyTorch reports it: CUDA caching
     allocator, with xsp.profile(profile_memory=True); NaN otherwise), and with shapes=True the
     input shapes (recorded with xsp.profile(record_shapes=True))."""
+    import pandas as pd
     src = _src(source)
     if shapes and not src.has("shapes"):
         raise ValueError("this trace has no input shapes: record it with "
@@ -513,6 +525,7 @@ def layers(source, shapes=False):
 
 def _leaf_layers(src):
     """The leaf layer calls the tables count (_Source.counted)."""
+    import pandas as pd
     ids, leaf, _ = _layer_rows(src)
     keep = ids[leaf[ids] & src.counted()[ids]]
     return pd.DataFrame({
@@ -534,6 +547,7 @@ def forward_time(src):
 def _backward_by_module(src):
     """Backward time per module name (the backward functions whose forward op ran in that
     module: to_pandas' module column; with steps, those in the iterations), a Series."""
+    import pandas as pd
     is_bw = src.kind == "backward"
     if (src.kind[src.iterations()] == "step").any():
         is_bw &= src.counted()                # iterations are steps: the backward is in them
@@ -541,6 +555,165 @@ def _backward_by_module(src):
     if not is_bw.any() or not src.has("module"):
         return pd.Series(dtype=np.int64)
     return pd.Series(src.dur[is_bw]).groupby(src.column("module")[is_bw]).sum()
+
+
+class Rows:
+    """A table as numpy columns in order, what the tables' DataFrames are made of: the text
+    report reads it without pandas (xsp summary loads none); frame() makes the DataFrame.
+    attrs as a DataFrame's."""
+
+    def __init__(self, cols, attrs=None):
+        self.cols = dict(cols)
+        self.attrs = dict(attrs or {})
+
+    def __len__(self):
+        return len(next(iter(self.cols.values()))) if self.cols else 0
+
+    def __getitem__(self, col):
+        return self.cols[col]
+
+    @property
+    def columns(self):
+        return list(self.cols)
+
+    def head(self, n):
+        return Rows({c: v[:n] for c, v in self.cols.items()}, self.attrs)
+
+    def drop(self, columns):
+        return Rows({c: v for c, v in self.cols.items() if c not in columns}, self.attrs)
+
+    def frame(self):
+        import pandas as pd
+        df = pd.DataFrame(self.cols)
+        df.attrs.update(self.attrs)
+        return df
+
+
+def _isna(values):
+    """Per value of an object array: None or NaN (pandas' isna for str and numbers)."""
+    return np.array([v is None or (isinstance(v, float) and v != v) for v in values.tolist()],
+                    dtype=bool) if len(values) else np.zeros(0, dtype=bool)
+
+
+def _groups(codes):
+    """Rows grouped by codes (ints) in order of first appearance, as groupby(sort=False):
+    (group index of each row, the row where each group first appears)."""
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inv.reshape(-1)], first[order]
+
+
+def _group_sum(g, k, values):
+    """Sum of int64 values per group (k groups), wrapping as int64 sums do."""
+    out = np.zeros(k, dtype=np.int64)
+    np.add.at(out, g, np.asarray(values, dtype=np.int64))
+    return out
+
+
+def _group_first(g, k, values, na):
+    """The first value per group that is not missing (na), as groupby's first; NaN for none."""
+    out = np.full(k, np.nan, dtype=object)
+    rows = np.nonzero(~na)[0]
+    if len(rows):
+        pos = np.full(k, len(values), dtype=np.int64)
+        np.minimum.at(pos, g[rows], rows)
+        has = pos < len(values)
+        out[has] = values[pos[has]]
+    return out
+
+
+def _welford(g, values, groups):
+    """The sample standard deviation (ddof=1, NaN for one value) of values per group, for the
+    groups asked (indices): Welford's update in float64, value by value in row order, the
+    computation pandas' groupby std makes, so the figures are the same to the last bit."""
+    want = set(int(x) for x in groups)
+    acc = {}
+    sel = np.nonzero(np.isin(g, list(want)))[0] if want else np.zeros(0, dtype=np.int64)
+    for k, v in zip(g[sel].tolist(), np.asarray(values)[sel].tolist()):
+        n, mean, m2 = acc.get(k, (0, 0.0, 0.0))
+        v = float(v)
+        n += 1
+        old = mean
+        mean += (v - old) / n
+        m2 += (v - old) * (v - mean)
+        acc[k] = (n, mean, m2)
+    out = []
+    for k in groups:
+        n, _, m2 = acc.get(int(k), (0, 0.0, 0.0))
+        out.append(math.sqrt(m2 / (n - 1)) if n > 1 else np.nan)
+    return np.array(out, dtype=np.float64)
+
+
+def _order(key, first, descending=True):
+    """The rows by key (largest first when descending), ties by first (smallest first)."""
+    o = np.argsort(first, kind="stable")
+    k = key[o]
+    return o[np.argsort(-k if descending else k, kind="stable")]
+
+
+def _leaf_ids(src):
+    """The leaf layer calls the tables count (_Source.counted): their ids."""
+    ids, leaf, _ = _layer_rows(src)
+    return ids[leaf[ids] & src.counted()[ids]]
+
+
+def _backward_sums(src):
+    """Backward time per module name as a dict (see _backward_by_module)."""
+    is_bw = src.kind == "backward"
+    if (src.kind[src.iterations()] == "step").any():
+        is_bw &= src.counted()
+    if not is_bw.any() or not src.has("module"):
+        return {}
+    out = {}
+    for m, d in zip(src.column("module")[is_bw].tolist(), src.dur[is_bw].tolist()):
+        if m is None or (isinstance(m, float) and m != m):
+            continue
+        out[m] = (out.get(m, 0) + d + (1 << 63)) % (1 << 64) - (1 << 63)
+    return out
+
+
+def _ranking_rows(src, n=None, std_all=False):
+    """layer_ranking's table as Rows, its first n rows; std_ns of those rows only, unless
+    std_all (then std_ns is left for the caller: None)."""
+    keep = _leaf_ids(src)
+    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "std_ns", "backward_ns",
+            "forward_share", "step_share", "cumulative_step_share"]
+    if not len(keep):
+        return None, cols
+    names = src.names[keep]
+    na = _isna(names) if src._trace is None else np.zeros(len(keep), dtype=bool)
+    keep, names = keep[~na], names[~na]
+    codes = src.name_codes()[0][keep]
+    g, first_row = _groups(codes)
+    k = len(first_row)
+    types = src.col("type", None)[keep]
+    lat = src.dur[keep]
+    calls = np.bincount(g, minlength=k).astype(np.int64)
+    total = _group_sum(g, k, lat)
+    first = keep[first_row]
+    o = _order(total, first)
+    bw = _backward_sums(src)
+    gname = names[first_row][o]
+    bwn = np.array([bw.get(nm, 0) for nm in gname.tolist()], dtype=np.int64)
+    total, calls = total[o], calls[o]
+    ft, mt = forward_time(src), src.counted_time()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fshare = total / ft if ft else np.full(k, np.nan)
+        sshare = (total + bwn) / mt if mt else np.full(k, np.nan)
+    m = k if n is None else min(n, k)
+    gi = o[:m]
+    out = {"rank": np.arange(1, k + 1, dtype=np.int64), "name": gname,
+           "type": _group_first(g, k, types, _isna(types))[o], "calls": calls,
+           "total_ns": total, "mean_ns": total // calls,
+           "std_ns": None if std_all else _welford(g, lat, gi),
+           "backward_ns": bwn, "forward_share": fshare, "step_share": sshare,
+           "cumulative_step_share": np.cumsum(sshare)}
+    rows = Rows({c: (v if v is None or c == "std_ns" else v[:m]) for c, v in out.items()})
+    return rows, (g, lat, o)
 
 
 def layer_ranking(source, n=None, include_compile=False):
@@ -554,28 +727,17 @@ def layer_ranking(source, n=None, include_compile=False):
     (include_compile=True counts them; docs/analyses.md, "Compiling iterations"): attrs
     compiling_left_out says how many."""
     src = _src(source, include_compile)
-    leaf = _leaf_layers(src)
-    cols = ["rank", "name", "type", "calls", "total_ns", "mean_ns", "std_ns", "backward_ns",
-            "forward_share", "step_share", "cumulative_step_share"]
-    if not len(leaf):
-        return src.tag(_empty(cols))
-    g = leaf.groupby("name", sort=False).agg(type=("type", "first"), calls=("id", "size"),
-                                             total_ns=("latency_ns", "sum"),
-                                             std_ns=("latency_ns", "std"),
-                                             first=("id", "min"))
-    g = g.reset_index().sort_values(["total_ns", "first"], ascending=[False, True],
-                                    kind="stable")
-    g["mean_ns"] = g["total_ns"] // g["calls"]
-    bw = _backward_by_module(src)
-    g["backward_ns"] = g["name"].map(bw).fillna(0).astype(np.int64) if len(bw) else \
-        np.zeros(len(g), dtype=np.int64)
-    ft, mt = forward_time(src), src.counted_time()
-    g["forward_share"] = g["total_ns"] / ft if ft else np.nan
-    g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
-    g["cumulative_step_share"] = g["step_share"].cumsum()
-    g["rank"] = np.arange(1, len(g) + 1)
-    g = g[cols].reset_index(drop=True)
-    return src.tag(g if n is None else g.head(n))
+    rows, how = _ranking_rows(src, n, std_all=True)
+    if rows is None:
+        return src.tag(_empty(how))
+    rows.cols["std_ns"] = _pandas_std(*how)[:len(rows)]
+    return src.tag(rows.frame())
+
+
+def _pandas_std(g, values, order):
+    """pandas' groupby std of values per group (all of them: cython), in order."""
+    import pandas as pd
+    return pd.Series(values).groupby(g).std().to_numpy()[order]
 
 
 def layer_types(source, include_compile=False):
@@ -635,6 +797,7 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     without G.  Sorted by `sort` (a column name), largest first.  Ops run while torch.compile
     compiled, under its compile spans, are never counted, and the iterations in which it
     compiled are left out as in layer_ranking (include_compile=True counts them)."""
+    import pandas as pd
     src = _src(source, include_compile)
     cols = ["name"] + (["shapes"] if by_shape else []) + [
         "calls", "total_ns", "self_ns", "mean_ns", "std_ns", "self_share", "gpu_ns",
@@ -709,6 +872,7 @@ def kernels(source):
     for backward kernels the module of the forward op, from the module column), then the
     kernel attributes device, stream, grid_x/y/z, block_x/y/z, registers, smem_static,
     smem_dynamic, correlation, graph_id (None where absent).  Empty without level G."""
+    import pandas as pd
     src = _src(source)
     ids = np.nonzero(src.kind == "kernel")[0]
     op = src.nearest(("op",))[ids]
@@ -752,6 +916,7 @@ def kernels_by_name(source, include_compile=False):
 
 def _by(src, kinds, label):
     """GPU work aggregated over spans of `kinds` by name (inclusive of nested ones)."""
+    import pandas as pd
     kern, kern_ns, copy_ns = _gpu_columns(src)
     ids = np.nonzero(np.isin(src.kind, kinds) & src.counted())[0]
     cols = [label, "type", "calls", "latency_ns", "kernels", "kernel_ns", "copy_ns", "gpu_ns",
@@ -805,6 +970,7 @@ def gpu_vs_cpu(source, include_compile=False):
     latency_ns, gpu_ns, cpu_ns, gpu_share, cpu_share (= cpu_ns / latency_ns); the last row,
     layer "(model)", is the model time against all GPU work in the iterations.  G columns are
     NaN without level G.  Compiling iterations are left out as in layer_ranking."""
+    import pandas as pd
     src = _src(source, include_compile)
     by = _by(src, ("module",), "layer")
     leaf = set(_leaf_layers(src)["name"])
@@ -862,12 +1028,14 @@ class _Roof:
 def _objects(values, index):
     """values as an object column (None stays None: pandas would make it NaN in a str
     column)."""
+    import pandas as pd
     return pd.Series(list(values), index=index, dtype=object)
 
 
 def _has_inputs(src):
     """Whether the source's op spans carry their inputs (xsp.profile(record_shapes=True)):
     what xsp.flops computes FLOPs and bytes from."""
+    import pandas as pd
     if not src.has("input_dims"):
         return False
     v = src.column("input_dims")[np.isin(src.kind, OP_KINDS)]
@@ -904,6 +1072,7 @@ def _span_costs(source, src, need_costs):
     another op's formula), the tree's only cost rows then; otherwise the tree keeps its
     analytical values and its kernels' counters, if any, are not used (such trees are
     counted: `partial`, the last value returned)."""
+    import pandas as pd
     n = src.n
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
@@ -1119,6 +1288,7 @@ class _RooflineCosts:
     source without op inputs or measured kernels."""
 
     def __init__(self, source, src, by):
+        import pandas as pd
         has_in = _has_inputs(src)
         k = src.kind == "kernel"
         if not has_in and not (k & pd.notna(src.col("flops", None)).astype(bool)
@@ -1141,6 +1311,7 @@ class _RooflineCosts:
     def frame(self, by):
         """One row per costed span: its group key(s) (self.keys), first (its id), flops,
         bytes, dtype, how, nan (no FLOPs); by op also its duration (dur)."""
+        import pandas as pd
         src, ids = self.src, self.ids
         if by == "op":
             dur = src.inclusive_sum(self.work, OP_KINDS)[ids] if self.gpu else src.dur[ids]
@@ -1168,6 +1339,7 @@ def _roofline_rows(df, keys):
     """One row per group of costed spans: key, first span, flops (NaN when none has a
     formula), bytes, parts (FLOPs per dtype), dtype label, source, ops, uncounted, calls,
     dur."""
+    import pandas as pd
     rows = []
     for name, part in df.groupby(keys, sort=False, dropna=False):
         fl = part["flops"].to_numpy()
@@ -1248,6 +1420,7 @@ def _layer_times(src, scope, gpu, work, is_op):
     it from that ancestor's owner's, so nested work is counted once, for its own layer.  With
     G, the GPU work each layer owns.  Backward: under the backward phase (backward functions
     and the engine's evaluate_function ops)."""
+    import pandas as pd
     owner = np.array([o if isinstance(o, str) else OUTSIDE_LAYERS
                       for o in src.col("module", None)], dtype=object)
     bwp = nearest_ancestor(src.parent, _phase_masks(src)["backward"], include_self=True) >= 0
@@ -1283,6 +1456,7 @@ def _layer_times(src, scope, gpu, work, is_op):
 
 def _roofline_kernels(source, src, peaks, peak_gflops, peak_dram_gbps, device):
     """roofline(by="kernel"): see roofline."""
+    import pandas as pd
     k = kernels(src)            # every kernel, in the iterations or not, as before
     if not len(k):
         res = _empty(KERNEL_ROOF_COLUMNS)
