@@ -1,0 +1,163 @@
+"""Exporting a trace: xsp.save to Kineto's JSON (.pt.trace.json) and to Chrome trace-event
+JSON (.json) against torch.profiler's export_chrome_trace of the same workload, at several
+sizes (linear in spans?).
+
+The workload: a Python loop of small aten ops (x.add_(1) on a 4-element tensor: add_ and the
+scalar's conversion, 5 op events each), as many as make --spans spans, recorded once by
+torch.profiler (CPU activity) and once by xsp (levels ML), in this process; the two recordings
+hold the same ops.  Then, --rounds times interleaved in a shuffled
+order (common.rounds), torch's export_chrome_trace (of a fresh recording each round: its
+results export once), xsp.save(.pt.trace.json) and xsp.save(.json) of the xsp trace, each to a
+fresh file on the same disk; the figures are medians.  With --reference, the Python writers the C ones replaced (kineto._reference_write,
+chrome._reference_write) once at the smallest size, for comparison.
+
+    python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
+                                      [--xsp-only 10000000] [--profile-memory]
+
+--profile-memory: the loop is of x + 1 (an allocation and a free each) and both profilers
+record memory: torch writes its "[memory]" instants, xsp its sums, written back as those
+instants in the Kineto export.
+
+--xsp-only N: also xsp's exports alone at N spans, one round (10^7: torch.profiler's recording
+and export of as many would take most of this VM's memory), for the linearity of xsp's
+writers.
+
+Prints per size: spans/events, each export's seconds and us per span, the file sizes, and the
+ratios xsp / torch (the target: <= 1.0).
+"""
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import common
+
+
+MEMORY = False      # --profile-memory: x + 1 (an allocation and a free), memory recorded
+
+
+def workload(n):
+    import torch
+    x = torch.zeros(4)
+
+    def run():
+        if MEMORY:
+            for _ in range(n):
+                x + 1
+        else:
+            for _ in range(n):
+                x.add_(1)
+    return run
+
+
+def ops_for(spans):
+    """The ops that make about spans spans (each x.add_(1) records a few: add_ and the
+    scalar's conversion), from a recording of 1000 ops."""
+    import xsp
+    with xsp.profile(levels="ML", profile_memory=MEMORY) as prof:
+        workload(1000)()
+    return max(1, round(spans * 1000 / len(prof.trace)))
+
+
+def record_torch(n):
+    """torch.profiler's profile of n ops (its results can be exported once only: one
+    recording per round)."""
+    import torch
+    run = workload(n)
+    workload(100)()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=MEMORY) as p:
+        run()
+    return p
+
+
+def record_xsp(n):
+    import xsp
+    run = workload(n)
+    workload(100)()
+    with xsp.profile(levels="ML", profile_memory=MEMORY) as prof:
+        run()
+    return prof.trace
+
+
+def torch_export(n, path, events):
+    """Records n ops with torch.profiler (not timed) and times its export_chrome_trace."""
+    p = record_torch(n)
+    r = timed(p.export_chrome_trace, path)
+    events.append(len(p.events()))
+    return r
+
+
+def timed(fn, path):
+    if os.path.exists(path):
+        os.unlink(path)
+    t0 = time.perf_counter()
+    fn(path)
+    dt = time.perf_counter() - t0
+    size = os.path.getsize(path)
+    os.unlink(path)
+    return {"s": dt, "bytes": size}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spans", default="100000,1000000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--xsp-only", type=int, default=0)
+    ap.add_argument("--profile-memory", action="store_true")
+    args = ap.parse_args(argv)
+    global MEMORY
+    MEMORY = args.profile_memory
+    import torch
+
+    import xsp
+    from xsp.formats import chrome, kineto
+    torch.set_num_threads(1)
+    d = tempfile.mkdtemp(prefix="xsp-bench-export-")
+    print("exports of a loop of %s; %s" % (
+        "x + 1 with profile_memory" if MEMORY else "aten::add_", common.machine()))
+    sizes = [int(x) for x in args.spans.split(",")]
+    try:
+        for n in sizes:
+            ops = ops_for(n)
+            tr = record_xsp(ops)
+            events = []
+            variants = {
+                "torch export_chrome_trace": lambda: torch_export(ops, os.path.join(d, "t.json"),
+                                                                  events),
+                "xsp.save .pt.trace.json": lambda: timed(lambda f: xsp.save(tr, f),
+                                                         os.path.join(d, "x.pt.trace.json")),
+                "xsp.save .json": lambda: timed(lambda f: xsp.save(tr, f),
+                                                os.path.join(d, "x.json")),
+            }
+            if args.reference and n == min(sizes):
+                variants["Python writer, Kineto"] = lambda: timed(
+                    lambda f: kineto._reference_write(tr, f), os.path.join(d, "r.pt.trace.json"))
+                variants["Python writer, Chrome"] = lambda: timed(
+                    lambda f: chrome._reference_write(tr, f), os.path.join(d, "r.json"))
+            res = common.rounds(variants, args.rounds, seed=n)
+            print("\n%d spans: torch.profiler %d events, xsp %d spans; medians of %d rounds:"
+                  % (n, events[0], len(tr), args.rounds))
+            base = common.med(res["torch export_chrome_trace"]["s"])
+            for k, r in res.items():
+                s = common.med(r["s"])
+                print("  %-27s %7.2f s  %6.2f us/span  %7.1f MB  %s" % (
+                    k, s, s / len(tr) * 1e6, common.med(r["bytes"]) / 1e6,
+                    "" if k.startswith("torch") else "xsp/torch %.2f" % (s / base)))
+            del tr
+        if args.xsp_only:
+            n = args.xsp_only
+            tr = record_xsp(ops_for(n))
+            print("\n%d spans, xsp alone: %d spans, one round:" % (n, len(tr)))
+            for ext in (".pt.trace.json", ".json"):
+                r = timed(lambda f: xsp.save(tr, f), os.path.join(d, "x" + ext))
+                print("  xsp.save %-15s %7.2f s  %6.2f us/span  %7.1f MB" % (
+                    ext, r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
