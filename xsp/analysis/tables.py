@@ -447,12 +447,15 @@ def phases(source):
     step and zero_grad), other_ns (step_ns minus the four: Python, data loading, waiting).
     Each is the sum of the outermost spans of that phase in the iteration."""
     import pandas as pd
-    src = _src(source)
+    return pd.DataFrame(_phase_cols(_src(source)))
+
+
+def _phase_cols(src):
+    """phases' table as a dict of numpy columns."""
     lat = src.latencies()
     n_it = len(lat)
     it = src.iteration_of()
-    df = pd.DataFrame({"iteration": np.arange(n_it, dtype=np.int64),
-                       "step_ns": lat.astype(np.int64)})
+    df = {"iteration": np.arange(n_it, dtype=np.int64), "step_ns": lat.astype(np.int64)}
     rest = lat.astype(np.int64).copy()
     for name, m in _phase_masks(src).items():
         sel = m & (it >= 0)
@@ -462,6 +465,16 @@ def phases(source):
         rest -= v
     df["other_ns"] = rest
     return df
+
+
+def _summary_rows(src, top, sort):
+    """The text report's tables as Rows (None for an empty one): ranking (layer_ranking's
+    first top rows), types (layer_types), ops (ops' first top rows by sort): the figures of
+    the DataFrames, without pandas."""
+    ranking, _ = _ranking_rows(src, top)
+    ids, self_ns, gpu, gpu_self = _op_spans(src)
+    ops_rows = _op_rows(src, ids, self_ns, gpu, gpu_self, sort, top)[0] if len(ids) else None
+    return {"ranking": ranking, "types": _types_rows(src), "ops": ops_rows}
 
 
 def _layer_mask(src):
@@ -746,28 +759,52 @@ def layer_types(source, include_compile=False):
     step_share ((total + backward) / the iterations' time), by total latency, largest first.
     Compiling iterations are left out as in layer_ranking."""
     src = _src(source, include_compile)
-    leaf = _leaf_layers(src)
-    cols = ["type", "count", "total_ns", "backward_ns", "count_share", "forward_share",
-            "step_share"]
-    if not len(leaf):
-        return src.tag(_empty(cols))
-    leaf["type"] = leaf["type"].fillna("?")
-    bw = _backward_by_module(src)
-    name_type = leaf.groupby("name", sort=False)["type"].first()
-    g = leaf.groupby("type", sort=False).agg(count=("id", "size"),
-                                             total_ns=("latency_ns", "sum"),
-                                             first=("id", "min")).reset_index()
-    if len(bw):
-        per_type = bw.groupby(name_type.reindex(bw.index)).sum()
-        g["backward_ns"] = g["type"].map(per_type).fillna(0).astype(np.int64)
-    else:
-        g["backward_ns"] = np.zeros(len(g), dtype=np.int64)
-    g = g.sort_values(["total_ns", "first"], ascending=[False, True], kind="stable")
-    g["count_share"] = g["count"] / len(leaf)
+    rows = _types_rows(src)
+    if rows is None:
+        return src.tag(_empty(["type", "count", "total_ns", "backward_ns", "count_share",
+                               "forward_share", "step_share"]))
+    return src.tag(rows.frame())
+
+
+def _types_rows(src):
+    """layer_types' table as Rows (None without leaf layers)."""
+    keep = _leaf_ids(src)
+    if not len(keep):
+        return None
+    types = src.col("type", None)[keep].copy()
+    types[_isna(types)] = "?"
+    names = src.names[keep]
+    g, first_row = _groups(_codes_of(types))
+    k = len(first_row)
+    count = np.bincount(g, minlength=k).astype(np.int64)
+    total = _group_sum(g, k, src.dur[keep])
+    first = keep[first_row]
+    gtype = types[first_row]
+    # backward per type: each module name's backward goes to the type of its first leaf call
+    name_type = {}
+    for nm, t in zip(names.tolist(), types.tolist()):
+        if not (nm is None or (isinstance(nm, float) and nm != nm)):
+            name_type.setdefault(nm, t)
+    per_type = {}
+    for nm, v in _backward_sums(src).items():
+        t = name_type.get(nm)
+        if t is not None:
+            per_type[t] = (per_type.get(t, 0) + v + (1 << 63)) % (1 << 64) - (1 << 63)
+    bwn = np.array([per_type.get(t, 0) for t in gtype.tolist()], dtype=np.int64)
+    o = _order(total, first)
+    total, count, bwn, gtype = total[o], count[o], bwn[o], gtype[o]
     ft, mt = forward_time(src), src.counted_time()
-    g["forward_share"] = g["total_ns"] / ft if ft else np.nan
-    g["step_share"] = (g["total_ns"] + g["backward_ns"]) / mt if mt else np.nan
-    return src.tag(g[cols].reset_index(drop=True))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return Rows({"type": gtype, "count": count, "total_ns": total, "backward_ns": bwn,
+                     "count_share": count / len(keep),
+                     "forward_share": total / ft if ft else np.full(k, np.nan),
+                     "step_share": (total + bwn) / mt if mt else np.full(k, np.nan)})
+
+
+def _codes_of(values):
+    """An int code per value of an object array (equal values, equal codes)."""
+    seen = {}
+    return np.array([seen.setdefault(v, len(seen)) for v in values.tolist()], dtype=np.int64)
 
 
 def redispatches(is_op, names, parent):
@@ -785,6 +822,86 @@ def redispatches(is_op, names, parent):
     return dup
 
 
+def _op_spans(src):
+    """The op spans ops() counts (ids) and per span its self time (a merged redispatch's added
+    to the call it is merged into), and with G the GPU work it launched, inclusive and its
+    own (gpu, gpu_self; None without G)."""
+    # what torch.compile runs while it compiles (tracing with fake tensors) is compilation,
+    # shown as its own spans (xsp.compiled), not the iteration's ops: counted() leaves it out
+    sel = (src.kind == "op") & src.counted()
+    par = src.parent
+    names = src.names if src._trace is None else src.name_codes()[0]
+    dup = redispatches(src.kind == "op", names, par) & sel
+    sel &= ~dup
+    ids = np.nonzero(sel)[0]
+    if not len(ids):
+        return ids, None, None, None
+    # a merged redispatch's self time is its own: it goes to the call it is merged into (the
+    # top of its chain of same-name single children)
+    self_ns = src.col("self_ns", 0).astype(np.int64)
+    if dup.any():
+        self_ns = self_ns.copy()
+        top = nearest_ancestor(par, ~dup, include_self=True)
+        d = np.nonzero(dup)[0]
+        np.add.at(self_ns, top[d], self_ns[d])
+    gpu = gpu_self = None
+    if src.has_gpu:
+        _, kern_ns, copy_ns = _gpu_columns(src)
+        work = kern_ns + copy_ns
+        gpu = src.inclusive_sum(work, ("op",))
+        up = src.nearest(("op",))
+        gpu_self = np.zeros(src.n, dtype=np.int64)
+        w = (work > 0) & (up >= 0)
+        np.add.at(gpu_self, up[w], work[w])
+    return ids, self_ns, gpu, gpu_self
+
+
+def _op_rows(src, ids, self_ns, gpu, gpu_self, sort="self_ns", n=None, std_all=False):
+    """ops' table (not by shape) as Rows, its first n rows, over the op spans ids (self_ns,
+    gpu and gpu_self per span; gpu None without G); std_ns of the rows kept only, or with
+    std_all left for the caller (None).  Also (group of each op, its total_ns, the groups'
+    order)."""
+    codes = src.name_codes()[0][ids]
+    na = _isna(src.names[ids]) if src._trace is None else None
+    if na is not None and na.any():
+        ids, codes = ids[~na], codes[~na]
+    g, first_row = _groups(codes)
+    k = len(first_row)
+    total = src.dur[ids]
+    cols = {"name": src.names[ids[first_row]],
+            "calls": np.bincount(g, minlength=k).astype(np.int64),
+            "total_ns": _group_sum(g, k, total), "self_ns": _group_sum(g, k, self_ns[ids])}
+    cols["mean_ns"] = cols["total_ns"] // cols["calls"]
+    mt = src.counted_time()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["self_share"] = cols["self_ns"] / mt if mt else np.full(k, np.nan)
+    if gpu is not None:
+        cols["gpu_ns"] = _group_sum(g, k, gpu[ids])
+        cols["gpu_self_ns"] = _group_sum(g, k, gpu_self[ids])
+    else:
+        cols["gpu_ns"] = np.full(k, np.nan)
+        cols["gpu_self_ns"] = np.full(k, np.nan)
+    first = ids[first_row]
+    if sort == "std_ns":
+        key = _pandas_std(g, total, np.arange(k)) if std_all else \
+            _welford(g, total, np.arange(k))
+        cols["std_ns"] = key
+    else:
+        key = cols[sort]
+    o = _order(np.asarray(key, dtype=np.float64) if key.dtype != np.int64 else key, first)
+    m = k if n is None else min(n, k)
+    if sort != "std_ns":
+        cols["std_ns"] = None if std_all else _welford(g, total, o[:m])
+    else:
+        cols["std_ns"] = cols["std_ns"][o][:m]
+    out = {}
+    for c in ("name", "calls", "total_ns", "self_ns", "mean_ns", "std_ns", "self_share",
+              "gpu_ns", "gpu_self_ns"):
+        v = cols[c]
+        out[c] = v if v is None or c == "std_ns" else v[o][:m]
+    return Rows(out), (g, total, o)
+
+
 def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     """The op table, like torch.profiler's key_averages: one row per op name (and per input
     shapes with by_shape: an op's input_dims, recorded with record_shapes=True, as torch's
@@ -797,7 +914,6 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     without G.  Sorted by `sort` (a column name), largest first.  Ops run while torch.compile
     compiled, under its compile spans, are never counted, and the iterations in which it
     compiled are left out as in layer_ranking (include_compile=True counts them)."""
-    import pandas as pd
     src = _src(source, include_compile)
     cols = ["name"] + (["shapes"] if by_shape else []) + [
         "calls", "total_ns", "self_ns", "mean_ns", "std_ns", "self_share", "gpu_ns",
@@ -812,24 +928,15 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
     if by_shape and shape_col is None:
         raise ValueError("this trace has no op input shapes: record it with "
                          "xsp.profile(..., record_shapes=True)")
-    # what torch.compile runs while it compiles (tracing with fake tensors) is compilation,
-    # shown as its own spans (xsp.compiled), not the iteration's ops: counted() leaves it out
-    sel = (src.kind == "op") & src.counted()
-    par = src.parent
-    names = src.names
-    dup = redispatches(src.kind == "op", names, par) & sel
-    sel &= ~dup
-    ids = np.nonzero(sel)[0]
+    ids, self_ns, gpu, gpu_self = _op_spans(src)
     if not len(ids):
         return src.tag(_empty(cols))
-    # a merged redispatch's self time is its own: it goes to the call it is merged into (the
-    # top of its chain of same-name single children)
-    self_ns = src.col("self_ns", 0).astype(np.int64)
-    if dup.any():
-        self_ns = self_ns.copy()
-        top = nearest_ancestor(par, ~dup, include_self=True)
-        d = np.nonzero(dup)[0]
-        np.add.at(self_ns, top[d], self_ns[d])
+    if not by_shape:
+        rows, (g, total, o) = _op_rows(src, ids, self_ns, gpu, gpu_self, sort, n,
+                                       std_all=True)
+        rows.cols["std_ns"] = _pandas_std(g, total, o)[:len(rows)]
+        return src.tag(rows.frame())
+    import pandas as pd
     df = pd.DataFrame({"name": src.names[ids], "first": ids,
                        "total_ns": src.dur[ids], "self_ns": self_ns[ids]})
     keys = ["name"]
@@ -837,14 +944,8 @@ def ops(source, by_shape=False, sort="self_ns", n=None, include_compile=False):
         df["shapes"] = [str(v) if v is not None else "" for v in src.col(shape_col, None)[ids]]
         keys.append("shapes")
     if src.has_gpu:
-        _, kern_ns, copy_ns = _gpu_columns(src)
-        work = kern_ns + copy_ns
-        df["gpu_ns"] = src.inclusive_sum(work, ("op",))[ids]
-        up = src.nearest(("op",))
-        own = np.zeros(src.n, dtype=np.int64)
-        w = (work > 0) & (up >= 0)
-        np.add.at(own, up[w], work[w])
-        df["gpu_self_ns"] = own[ids]
+        df["gpu_ns"] = gpu[ids]
+        df["gpu_self_ns"] = gpu_self[ids]
     g = df.groupby(keys, sort=False).agg(
         calls=("first", "size"), total_ns=("total_ns", "sum"), self_ns=("self_ns", "sum"),
         std_ns=("total_ns", "std"), first=("first", "min"),

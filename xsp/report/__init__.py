@@ -14,6 +14,7 @@ stays light (pandas and matplotlib load with the first report: summary and
 xsp.analysis.compare are imported where they are needed).
 """
 import html as _html_mod
+import sys
 
 from xsp.analysis import distributed
 from xsp.core.util import deprecated, printable
@@ -23,8 +24,10 @@ __all__ = ["text", "html", "html_fragment", "compare", "compare_text"]
 
 
 def _is_comparison(value):
-    from xsp.analysis.compare import Comparison
-    return isinstance(value, Comparison)
+    # a Comparison exists only once its module is loaded: importing it here (pandas) is not
+    # needed to say that value is none
+    compare = sys.modules.get("xsp.analysis.compare")
+    return compare is not None and isinstance(value, compare.Comparison)
 
 
 def _is_job(value):

@@ -12,7 +12,6 @@ import html as _html_mod
 import io
 
 import numpy as np
-import pandas as pd
 
 from xsp.analysis import distributed, flops, memory
 from xsp.analysis import peaks as P
@@ -88,6 +87,56 @@ def _pretty(df, ns=(), share=(), width=NAME_WIDTH):
         if col.dtype != object and col.isna().any():
             out.isetitem(i, col.astype(object))
     return out.fillna("-")
+
+
+def _text_kind(values):
+    """How pandas would hold an object column of the text tables: "str" (every value a str or
+    missing, one at least: a string column, left as it is) or "object"."""
+    some = False
+    for v in values.tolist():
+        if isinstance(v, str):
+            some = True
+        elif not (v is None or (isinstance(v, float) and v != v)):
+            return "object"
+    return "str" if some else "object"
+
+
+def _rows_text(rows, width=NAME_WIDTH):
+    """The text of Rows as _pretty(frame).to_string(index=False) writes it, without pandas:
+    the cells as _pretty formats them (durations, shares, cut text, "-" for missing), each
+    column right-aligned to its widest cell, one space apart, a numeric column's header with
+    a space before it."""
+    heads, cells = [], []
+    for c in rows.columns:
+        v = rows[c]
+        numeric = False
+        if v.dtype == object and c not in () and not c.endswith("_ns") and \
+                not c.endswith("share"):
+            if _text_kind(v) == "str":
+                col = [v_ if isinstance(v_, str) else None for v_ in v.tolist()]
+            else:
+                col = [x if x is None or isinstance(x, float) else _cut(x, width)
+                       for x in v.tolist()]
+        elif c.endswith("_ns"):
+            col = [fmt_ns(x) for x in v.tolist()]
+        elif c.endswith("share"):
+            col = [fmt_share(x) for x in v.tolist()]
+        elif v.dtype == bool:
+            col = ["yes" if x else "no" for x in v.tolist()]
+        else:
+            col = v.tolist()
+            numeric = v.dtype.kind in "iu" or v.dtype.kind == "f"
+            if v.dtype.kind == "f" and np.isnan(v).any():
+                numeric = False
+        col = ["-" if x is None or (isinstance(x, float) and x != x) else str(x) for x in col]
+        h = header(c)
+        heads.append(" " + h if numeric else h)
+        cells.append(col)
+    widths = [max([len(h)] + [len(x) for x in col]) for h, col in zip(heads, cells)]
+    lines = [" ".join(h.rjust(w) for h, w in zip(heads, widths))]
+    for i in range(len(rows)):
+        lines.append(" ".join(col[i].rjust(w) for col, w in zip(cells, widths)))
+    return "\n".join(lines)
 
 
 def _compile_line(m, trace):
@@ -183,18 +232,17 @@ class _Summary:
         if self.measurement is not None:
             self.levels = self.measurement.levels
         self.top = top
-        self.iters = A.model_latency(self.src)
-        self.phases = A.phases(self.src)
+        # the iterations and phases as numpy columns (the text report needs no pandas); the
+        # tables as DataFrames (the HTML report's) are made when first read
+        ids, ws, we, _ = self.src.windows()
+        self.it_ids, self.it_lat = ids, we - ws
+        self.phase_cols = A._phase_cols(self.src)
         self.setup = A.setup(self.src)
-        self.ranking = A.layer_ranking(self.src, n=top)
-        self.types = A.layer_types(self.src)
         self.op_sort = op_sort
-        self.ops = A.ops(self.src, sort=op_sort, n=top)
-        self.kernels = A.kernels_by_name(self.src).head(top)
-        self.gvc = A.gpu_vs_cpu(self.src)
         self.has_gpu = self.src.has_gpu
         self.has_layers = bool(A._layer_mask(self.src).any())
-        self.iteration_kind = self.iters["kind"].iloc[0] if len(self.iters) else None
+        self.iteration_kind = str(self.src.kind[ids[0]]) if len(ids) else None
+        self._frames = {}
         self.overhead = self.measurement.overhead if self.measurement is not None else None
         trace = self.measurement.trace if self.measurement is not None else \
             (source if hasattr(source, "counters") else None)
@@ -205,17 +253,54 @@ class _Summary:
                 for t in ts:
                     for k, v in t.counters.items():
                         self.counters[k] = self.counters.get(k, 0) + v
-        self.n_spans = len(trace) if trace is not None else len(self.src.df)
+        self.n_spans = len(trace) if trace is not None else self.src.n
         self.compile_line = _compile_line(self.measurement, trace)
         self.trace_obj = trace
         steps = meta.get("steps")
         self.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
 
+    def _frame(self, key, make):
+        if key not in self._frames:
+            self._frames[key] = make()
+        return self._frames[key]
+
+    @property
+    def iters(self):
+        return self._frame("iters", lambda: A.model_latency(self.src))
+
+    @property
+    def phases(self):
+        return self._frame("phases", lambda: A.phases(self.src))
+
+    @property
+    def ranking(self):
+        return self._frame("ranking", lambda: A.layer_ranking(self.src, n=self.top))
+
+    @property
+    def types(self):
+        return self._frame("types", lambda: A.layer_types(self.src))
+
+    @property
+    def ops(self):
+        return self._frame("ops", lambda: A.ops(self.src, sort=self.op_sort, n=self.top))
+
+    @property
+    def kernels(self):
+        return self._frame("kernels", lambda: A.kernels_by_name(self.src).head(self.top))
+
+    @property
+    def gvc(self):
+        return self._frame("gvc", lambda: A.gpu_vs_cpu(self.src))
+
+    def rows(self):
+        """The text report's tables as numpy Rows (ranking, types, ops): no pandas."""
+        return self._frame("rows", lambda: A._summary_rows(self.src, self.top, self.op_sort))
+
     def compiling_iterations(self):
         """A bool per iteration (self.iters' rows): whether a torch.compile compilation ran
         inside it (a compile span in it: the rule every table uses, xsp.analysis); None
         without iterations."""
-        if not len(self.iters):
+        if not len(self.it_ids):
             return None
         return self.src.compiling()
 
@@ -241,14 +326,14 @@ class _Summary:
                 "time is in them")
 
     def iteration_words(self):
-        n = len(self.iters)
+        n = len(self.it_ids)
         what = {"step": "steps (the work between step() calls)", "model": "model calls",
                 "module": "top-level layer calls", "region": "the profiled region"}.get(
                     self.iteration_kind, "root spans")
         return "%d iteration%s: %s" % (n, "" if n == 1 else "s", what)
 
     def headline(self):
-        lat = self.iters["latency_ns"].to_numpy()
+        lat = self.it_lat
         if self.measurement is None:
             lines = [self.title, "levels %s, %d spans, %s" % (
                 self.levels, self.n_spans, self.iteration_words())]
@@ -257,7 +342,7 @@ class _Summary:
             if ended:
                 lines.append("the profiled block ended with %s" % ended)
             if self.setup is not None:
-                carved = len(self.iters) and int(self.iters["id"].iloc[0]) == self.setup["id"]
+                carved = len(self.it_ids) and int(self.it_ids[0]) == self.setup["id"]
                 lines.append("setup (before the first step()%s; not an iteration): %s" % (
                     " and its first model call" if carved else "",
                     fmt_ns(self.setup["duration_ns"])))
@@ -285,7 +370,7 @@ class _Summary:
         else:
             m = self.measurement
             lines = [self.title, "levels %s, %d spans per iteration (run %s: %d spans in all)"
-                     % (self.levels, len(self.src.df), m.runs[-1], self.n_spans)]
+                     % (self.levels, self.src.n, m.runs[-1], self.n_spans)]
             lines.append("leveled measurement: runs %s, %d warm-up, %d repeat (+%d priming)%s, "
                          "trim %g" % (" / ".join(m.runs), m.warmup, m.repeat, m.skip,
                                       " x %d interleaved rounds" % m.rounds
@@ -323,7 +408,7 @@ class _Summary:
                                     ("toplevel_layers", "loss and top-level layers"),
                                     ("backward", "backward"), ("optimizer", "optimizer"),
                                     ("other", "other")):
-                    v = self.phases[name + "_ns"].to_numpy()
+                    v = self.phase_cols[name + "_ns"]
                     if len(v) == len(compiling if compiling is not None else ()) \
                             and len(kept) < len(v):
                         v = v[kept]
@@ -439,20 +524,24 @@ def text(source, top=10, op_sort="self_ns", include_compile=False):
         out.append(title)
         if df is None or not len(df):
             out.append("  " + empty)
+        elif isinstance(df, A.Rows):
+            out.extend("  " + ln for ln in _rows_text(df).splitlines())
         else:
             out.extend("  " + ln for ln in _pretty(df).to_string(index=False).splitlines())
 
     if s.overhead is not None:
         section("Overhead per level (what each deeper run added)", s.overhead, "-")
         out.extend("  " + ln for ln in _overhead_notes(s.overhead))
+    rows = s.rows()
+    ranking, ops = rows["ranking"], rows["ops"]
     section("Top %d layers (leaf layers, by forward time; backward attributed through the "
-            "forward op)" % top, s.ranking.drop(columns=["cumulative_step_share"]),
-            s.no_layers())
-    section("Layer types", s.types, s.no_layers())
-    if len(s.ranking):
+            "forward op)" % top, ranking.drop(columns=["cumulative_step_share"])
+            if ranking is not None else None, s.no_layers())
+    section("Layer types", rows["types"], s.no_layers())
+    if ranking is not None and len(ranking):
         out.append("  " + SHARE_NOTE)
-    section("Top %d ops (by %s)" % (top, header(s.op_sort)), s.ops if s.has_gpu else
-            s.ops.drop(columns=["gpu_ns", "gpu_self_ns"]),
+    section("Top %d ops (by %s)" % (top, header(s.op_sort)), ops if s.has_gpu or ops is None
+            else ops.drop(columns=["gpu_ns", "gpu_self_ns"]),
             "no ops recorded (level L)" if "L" not in str(s.levels) else "no ops in the "
             "iterations")
     if s.has_gpu:
@@ -705,6 +794,7 @@ def _roofline_parts(trace, top):
                                    else None)
     out.append(_html.roofline_svg(points, bw, peak, notes=notes))
     shown = df.head(top)
+    import pandas as pd
     table = pd.DataFrame({
         label: shown[label], "dtype": shown["dtype"],
         "FLOPs": [fmt_si(v) for v in shown["flops"]],
