@@ -36,8 +36,9 @@
  * begin order per thread: the input shapes, the memory allocated at entry), and leave(record)
  * after the forward, whatever it raised (the exception in flight is saved and restored around
  * it), completes it (the memory delta).  Their failures are counted as the other helpers' are;
- * a KeyboardInterrupt in leave replaces the call's result, as a `finally` would.  Without them
- * the path is the common one, one pointer test longer.
+ * a KeyboardInterrupt in leave replaces the call's result, as a `finally` would.  That path is
+ * a function of its own (call_with_record): without these options a call runs the code it
+ * ran before they existed, one pointer test longer.
  *
  * What the session reads at stop comes from here, passed, not looked up: the failures counted
  * (hook_errors: the C paths' and the Python helpers', which report theirs by count_error()) and
@@ -235,17 +236,30 @@ static PyObject *call_leave(xsp_ModuleCallObject *self, PyObject *rec, PyObject 
     return res;
 }
 
-static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
-                               PyObject *kwnames)
+/* The forward of a call, with the thread's depth counted around it.  Returns what the
+ * wrapped __call__ returned (NULL with its exception set). */
+static inline PyObject *forward(xsp_ModuleCallObject *self, PyObject *const *args,
+                                size_t nargsf, PyObject *kwnames)
 {
-    xsp_ModuleCallObject *self = (xsp_ModuleCallObject *)op;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (!atomic_load_explicit(&self->on, memory_order_relaxed) || nargs < 1)
-        return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    uint64_t serial = self->serial;
+    tls_depth++;
+    PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    if (tls_serial == serial)   /* a newer wrapper may have reset this thread meanwhile */
+        tls_depth--;
+    return res;
+}
+
+/* A call with record_shapes / profile_memory (self->enter set): the common path plus the
+ * record of a call that began a span.  Kept out of line, so that the common path's code is
+ * what it was without these options. */
+static __attribute__((noinline)) PyObject *
+call_with_record(xsp_ModuleCallObject *self, PyObject *const *args, size_t nargsf,
+                 PyObject *kwnames)
+{
     int stop = 0;
     uint64_t key = begin_call(self, args[0], &stop);
     PyObject *rec = NULL;
-    if (key != 0 && self->enter != NULL && !stop) {  /* shapes / memory: the call's record */
+    if (key != 0 && !stop) {
         rec = PyObject_Vectorcall(self->enter, args, nargsf, kwnames);
         if (rec == NULL)
             count_error(self, &stop);
@@ -255,13 +269,31 @@ static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
             xsp_rec_end(key, 0);
         return NULL;
     }
-    uint64_t serial = self->serial;
-    tls_depth++;
-    PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
-    if (tls_serial == serial)   /* a newer wrapper may have reset this thread meanwhile */
-        tls_depth--;
+    PyObject *res = forward(self, args, nargsf, kwnames);
     if (rec != NULL)
         res = call_leave(self, rec, res);
+    if (key != 0)
+        xsp_rec_end(key, 0);
+    return res;
+}
+
+static PyObject *mc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    xsp_ModuleCallObject *self = (xsp_ModuleCallObject *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!atomic_load_explicit(&self->on, memory_order_relaxed) || nargs < 1)
+        return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    if (self->enter != NULL)
+        return call_with_record(self, args, nargsf, kwnames);
+    int stop = 0;
+    uint64_t key = begin_call(self, args[0], &stop);
+    if (stop) {                             /* Ctrl-C (or the like) inside our bookkeeping */
+        if (key != 0)
+            xsp_rec_end(key, 0);
+        return NULL;
+    }
+    PyObject *res = forward(self, args, nargsf, kwnames);
     if (key != 0)
         xsp_rec_end(key, 0);   /* no Python, cannot raise: the forward's exception stays */
     return res;

@@ -74,10 +74,10 @@ class _ModuleCalls:
     span key lives in the wrapper's C frame, so begin and end pair up whatever the forward
     raises.
 
-    With record_shapes or profile_memory the wrapper also calls _enter(module, *args,
-    **kwargs) and _leave(record) around each call that began a span: a record [input shapes,
-    bytes allocated at entry, delta] per call, kept in `side` in begin order per thread and
-    matched to the spans at stop.
+    With record_shapes or profile_memory the wrapper also calls _side_enter(module, *args,
+    **kwargs) and _side_leave(record) around each call that began a span: a record [input
+    shapes, bytes allocated at entry, delta] per call, kept in `side` in begin order per thread
+    and matched to the spans at stop.
 
     Where: each call that begins a span looks its call site up in `sites` (a C table,
     csrc/python/modsites.c: the calling frame's code and instruction offset, and the module's
@@ -110,15 +110,10 @@ class _ModuleCalls:
         self.sites = _core.ModuleSites()    # call sites of the recorded calls (the wrapper's)
         self.thread_names = {}      # native thread id -> Python thread name
 
-    @property
-    def errors(self):
-        """Failures inside the bookkeeping (counted, never raised)."""
-        return self._c.errors if self._c is not None else 0
-
     def make(self):
         """The wrapper to install as nn.Module.__call__ (the session gives it the __call__ in
         place at start)."""
-        extra = (self._enter, self._leave) if self.side is not None else (None, None)
+        extra = (self._side_enter, self._side_leave) if self.side is not None else (None, None)
         self._c = _core.ModuleCall(self._torch.nn.Module.__call__, self._c_top, self._c_name_of,
                                    self._c_new_thread, self._record_modules, self.sites, *extra)
         self._c.set_on(False)
@@ -146,22 +141,40 @@ class _ModuleCalls:
         self.thread_names[threading.get_native_id()] = threading.current_thread().name
 
     def _c_top(self, module, site):
-        """A top-level call from the given site: (key or None, the model's qualified-name
-        map)."""
-        state = [0, {}, None]
-        key = self._top_key(module, state, site)
+        """A top-level call from site (an index into sites, or -1): maps the model's module
+        names and begins its span: a model span for a model call (_is_model), else a module
+        span named after the class (a layer under the step; the same with L alone).  Returns
+        (key or None, the model's qualified-name map)."""
+        names = {}
+        try:
+            names = self._qualnames(module)
+            cls = type(module).__name__
+            if self._record_model and self._is_model(module):
+                key = _core.begin(LEVEL_M, KIND["model"], cls, cls, site)
+            elif self._record_modules:
+                key = _core.begin(LEVEL_L, KIND["module"], cls, cls, site)
+            else:
+                key = None
+        except Exception:
+            key = self._failed()
         self._roots[threading.get_ident()] = module
-        self._c_keep.setdefault(id(state[1]), state[1])
-        return key, state[1]
+        self._c_keep.setdefault(id(names), names)
+        return key, names
 
     def _c_name_of(self, module):
-        """A module missing from the map: (its name, the map rebuilt)."""
-        state = [1, {}, self._roots.get(threading.get_ident())]
-        name = self._name_of(module, state)
-        self._c_keep.setdefault(id(state[1]), state[1])
-        return name, state[1]
+        """A module missing from the current model's map: (its qualified name, the map rebuilt
+        once: a module added since), else its class name (not a submodule at all), remembered
+        either way."""
+        root = self._roots.get(threading.get_ident())
+        self._names.pop(id(root), None)
+        names = self._qualnames(root) if root is not None else {}
+        name = names.get(id(module))
+        if name is None:
+            name = names[id(module)] = type(module).__name__
+        self._c_keep.setdefault(id(names), names)
+        return name, names
 
-    def _enter(self, module, *args, **kwargs):
+    def _side_enter(self, module, *args, **kwargs):
         """record_shapes / profile_memory, for a call that began a span: its record [input
         shapes, bytes allocated at entry, delta], appended to the side table in begin order
         per thread; what it raises is counted by the wrapper."""
@@ -170,7 +183,7 @@ class _ModuleCalls:
         self.side.setdefault(threading.get_native_id(), []).append(rec)
         return rec
 
-    def _leave(self, rec):
+    def _side_leave(self, rec):
         """After the call's forward: the memory delta into its record."""
         if rec[1] is not None:
             rec[2] = self._torch.cuda.memory_allocated() - rec[1]
@@ -190,34 +203,6 @@ class _ModuleCalls:
         if verdict == "leaf":       # a built-in layer: a layer when it has no submodules
             return bool(module._modules)
         return verdict == "model"
-
-    def _top_key(self, module, state, site):
-        """A top-level call from site (an index into sites, or -1): maps the model's module
-        names, begins its span: a model span for a model call (_is_model), else a module span
-        named after the class (a layer under the step; the same with L alone).  Returns the
-        key or None."""
-        state[1], state[2] = {}, module
-        try:
-            state[1] = self._qualnames(module)
-            cls = type(module).__name__
-            if self._record_model and self._is_model(module):
-                return _core.begin(LEVEL_M, KIND["model"], cls, cls, site)
-            if self._record_modules:
-                return _core.begin(LEVEL_L, KIND["module"], cls, cls, site)
-            return None
-        except Exception:
-            return self._failed()
-
-    def _name_of(self, module, state):
-        """Qualified name of a module missing from the model's map: rebuilt once (a module
-        added since), else the class name (not a submodule at all), remembered either way."""
-        root = state[2]
-        self._names.pop(id(root), None)
-        state[1] = names = self._qualnames(root) if root is not None else {}
-        name = names.get(id(module))
-        if name is None:
-            name = names[id(module)] = type(module).__name__
-        return name
 
     def depth(self):
         """Open module calls on the calling thread."""

@@ -216,7 +216,7 @@ def test_shape_bookkeeping_failures_are_counted_and_the_call_goes_on(monkeypatch
     def leave(self, rec):
         raise RuntimeError("leave failed")
 
-    monkeypatch.setattr(P._ModuleCalls, "_leave", leave)
+    monkeypatch.setattr(P._ModuleCalls, "_side_leave", leave)
     with xsp.profile(levels="ML", profile_memory=True) as prof:
         with pytest.raises(ValueError, match="the forward's own"):
             Boom()(torch.ones(1))
