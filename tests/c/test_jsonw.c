@@ -4,7 +4,10 @@
  * well-formed sequence as '?', as the Python writers wrote the lone surrogates of
  * surrogateescape), doubles as Python's repr, NaN and the infinities as strings, int64 and
  * uint64 extremes, exact microseconds from ns (negative and past 2**64), a text longer than
- * the buffer, gzip that inflates back, and a failed write reported by close.
+ * the buffer, gzip that inflates back, and a failed write reported by close.  Then the span
+ * writers over it (kinetow.c, kmemw.c, chromew.c) on a small trace with attributes of every
+ * kind the rules read, some of the wrong type, under the sanitizers: the events they must
+ * write (the comparison with the Python writers is tests/py/formats/test_json_writers.py).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +16,9 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "io/chromew.h"
 #include "io/jsonw.h"
+#include "io/kinetow.h"
 
 /* Runs fn on a writer to a temporary file and returns the file's bytes (malloc'd, NUL-ended),
  * inflated when gz. */
@@ -154,8 +159,171 @@ static void w_big(xsp_jsonw *w)
         xsp_jsonw_str(w, s, sizeof s);
 }
 
+/* -- the span writers ------------------------------------------------------------------ */
+
+static uint32_t sid(xsp_trace *t, const char *s)
+{
+    return xsp_strtab_intern(&t->strings, s, strlen(s));
+}
+
+static void span(xsp_trace *t, uint64_t start, uint64_t end, uint32_t parent, const char *name,
+                 unsigned level, unsigned kind, uint32_t thread)
+{
+    xsp_span s = {.start_ns = start, .end_ns = end, .parent = parent, .name = sid(t, name),
+                  .thread = thread, .attr_off = t->n_attrs, .level = (uint8_t)level,
+                  .kind = (uint8_t)kind};
+    CHECK(xsp_trace_add_span(t, &s) != UINT32_MAX);
+}
+
+static void attr_i(xsp_trace *t, const char *key, int64_t v)
+{
+    xsp_attr a = {.key = sid(t, key), .type = XSP_ATTR_INT, .v.i = v};
+    CHECK(xsp_trace_add_attr(t, &a) != UINT32_MAX);
+    t->spans[t->n_spans - 1].attr_n++;
+}
+
+static void attr_s(xsp_trace *t, const char *key, const char *v)
+{
+    xsp_attr a = {.key = sid(t, key), .type = XSP_ATTR_STR, .v.s = sid(t, v)};
+    CHECK(xsp_trace_add_attr(t, &a) != UINT32_MAX);
+    t->spans[t->n_spans - 1].attr_n++;
+}
+
+static void attr_f(xsp_trace *t, const char *key, double v)
+{
+    xsp_attr a = {.key = sid(t, key), .type = XSP_ATTR_FLOAT, .v.f = v};
+    CHECK(xsp_trace_add_attr(t, &a) != UINT32_MAX);
+    t->spans[t->n_spans - 1].attr_n++;
+}
+
+static xsp_trace *small_trace(void)
+{
+    xsp_trace *t = xsp_trace_new();
+    xsp_trace_add_thread(t, 7, "main", 0);
+    xsp_trace_add_thread(t, (uint64_t)0 << 32 | 3, "stream 3", 1);
+    span(t, 1000, 9000, XSP_NO_PARENT, "region", XSP_LEVEL_M, XSP_KIND_REGION, 0);
+    span(t, 1100, 2000, 0, "aten::mm\xff", XSP_LEVEL_L, XSP_KIND_OP, 0);      /* 1 */
+    attr_i(t, "seq", 4);
+    attr_s(t, "input_dims", "[[2, 3]]");
+    attr_s(t, "k.x[]", "[1, 2]");
+    attr_s(t, "k.cat", "my_cat");
+    attr_i(t, "id", 5);
+    attr_i(t, "attr.id", 6);
+    attr_f(t, "ratio", 0.0 / 0.0 * 0.0 + __builtin_nan(""));
+    attr_i(t, "mem.cpu.allocs", 2);
+    attr_i(t, "mem.cpu.alloc_bytes", 9);
+    attr_i(t, "mem.cpu.frees", 1);
+    attr_i(t, "mem.cpu.freed_bytes", 4);
+    attr_i(t, "mem.cpu.peak", INT64_MAX);
+    attr_i(t, "mem.cpu.total", INT64_MIN);
+    span(t, 1200, 1300, 1, "cudaLaunchKernel", XSP_LEVEL_G, XSP_KIND_RUNTIME, 0);   /* 2 */
+    attr_i(t, "correlation", 11);
+    span(t, 1400, 1900, 2, "gemm", XSP_LEVEL_G, XSP_KIND_KERNEL, 1);                 /* 3 */
+    attr_i(t, "correlation", 11);
+    attr_i(t, "api", 2);
+    attr_s(t, "grid_x", "four");
+    attr_i(t, "smem_static", 8);
+    span(t, 3000, 4000, 0, "MmBackward0", XSP_LEVEL_L, XSP_KIND_BACKWARD, 0);        /* 4 */
+    attr_i(t, "seq", 4);
+    attr_i(t, "fwd_op", 1);
+    attr_i(t, "fwd_op", 1 << 30);             /* the last one counts: no span */
+    span(t, 5000, 5000, 0, "HtoD", XSP_LEVEL_G, XSP_KIND_MEMCPY, 1);                 /* 5 */
+    attr_f(t, "bytes", 1e300);
+    char err[128];
+    CHECK(xsp_trace_check(t, err, sizeof err) == 0);
+    return t;
+}
+
+static xsp_trace *W_TRACE;
+
+static void w_kineto(xsp_jsonw *w)
+{
+    const xsp_trace *t = W_TRACE;
+    int64_t pid[2] = {42, 0}, rank[2] = {1, 0}, zero[6] = {0}, none[6], ext[6];
+    uint64_t tid[2] = {7, 3};
+    for (int i = 0; i < 6; i++) {
+        none[i] = i == 2 || i == 3 ? 1 : -1;      /* the runtime call's and kernel's op */
+        ext[i] = i + 1;
+    }
+    uint32_t json_sid[2] = {xsp_strtab_find(&t->strings, "[[2, 3]]", 8),
+                            xsp_strtab_find(&t->strings, "[1, 2]", 6)};
+    xsp_bytes json_text[2] = {{"[[2, 3]]", 8}, {"[1, 2]", 6}};
+    if (json_sid[0] > json_sid[1]) {
+        uint32_t s = json_sid[0];
+        json_sid[0] = json_sid[1];
+        json_sid[1] = s;
+        xsp_bytes b = json_text[0];
+        json_text[0] = json_text[1];
+        json_text[1] = b;
+    }
+    int64_t name_sid[6];
+    for (uint32_t i = 0; i < 6; i++)
+        name_sid[i] = t->spans[i].name;
+    int64_t none_mod[6] = {-1, -1, -1, -1, -1, -1};
+    xsp_kineto_cols c = {.base_ns = 1000, .track_pid = pid, .track_tid = tid, .fwd_rank = rank,
+                         .ext = ext, .near_cpu = none, .near_mod = none_mod,
+                         .name_sid = name_sid, .mod_id = zero, .n_json = 2,
+                         .json_sid = json_sid, .json_text = json_text};
+    xsp_jsonw_lit(w, "[");
+    CHECK(xsp_kineto_write_events(w, t, &c, 0) == 0);
+    xsp_jsonw_lit(w, "]");
+}
+
+static void w_chrome(xsp_jsonw *w)
+{
+    int64_t pid[2] = {42, 42};
+    xsp_chrome_cols c = {.t0 = 1000, .track_pid = pid};
+    xsp_jsonw_lit(w, "[{}");
+    xsp_chrome_write_events(w, W_TRACE, &c);
+    xsp_jsonw_lit(w, "]");
+}
+
+static void check_has(const char *text, const char *want)
+{
+    CHECK(strstr(text, want) != NULL);
+    if (!strstr(text, want))
+        fprintf(stderr, "  missing: %s\n", want);
+}
+
+static void span_writers(void)
+{
+    W_TRACE = small_trace();
+    size_t n;
+    char *k = capture(w_kineto, 0, &n);
+    check_has(k, "[{\"ph\": \"X\", \"cat\": \"Trace\", \"name\": \"region\", \"pid\": "
+                 "\"Spans\", \"tid\": \"PyTorch Profiler\", \"ts\": 0.000, \"dur\": 8.000");
+    check_has(k, "\"cat\": \"my_cat\", \"name\": \"aten::mm?\", \"pid\": 42, \"tid\": 7");
+    check_has(k, "\"External id\": 2, \"Record function id\": 0, \"Input Dims\": [[2, 3]], "
+                 "\"Ev Idx\": 1, \"Sequence number\": 4, \"Fwd thread id\": 0");
+    check_has(k, "\"x\": [1, 2]");
+    check_has(k, "\"xsp.ratio\": \"nan\"");
+    /* the memory sums back as instants: peak INT64_MAX after the 2 allocations (5 + 4 bytes),
+     * the free leaving the total INT64_MIN */
+    check_has(k, "\"Total Allocated\": 9223372036854775803, \"Bytes\": 5}}");
+    check_has(k, "\"Total Allocated\": 9223372036854775807, \"Bytes\": 4}}");
+    check_has(k, "\"Total Allocated\": -9223372036854775808, \"Bytes\": -4}}");
+    check_has(k, "\"ts\": 0.200, \"ph\": \"s\", \"id\": 11");         /* ac2g from the call */
+    check_has(k, "\"grid\": [\"four\", 1, 1]");
+    check_has(k, "\"shared memory\": 8");
+    check_has(k, "\"xsp.fwd_op\": 1073741824");
+    CHECK(strstr(k, "fwdbwd") == NULL);                 /* fwd_op names no span */
+    check_has(k, "\"memory bandwidth (GB/s)\": 0.0");   /* 0 ns */
+    check_has(k, "\"bytes\": 1e+300");
+    free(k);
+    char *c = capture(w_chrome, 0, &n);
+    check_has(c, "\"name\":\"aten::mm?\",\"cat\":\"L.op\",\"pid\":42,\"tid\":7,"
+                 "\"ts\":0.100,\"dur\":0.900");
+    check_has(c, "\"attr.attr.id\":5");
+    check_has(c, "\"attr.id\":6");
+    check_has(c, "\"id\":1,\"parent\":0}}");
+    check_has(c, "\"cat\":\"G.kernel\",\"pid\":42,\"tid\":3");
+    free(c);
+    xsp_trace_free(W_TRACE);
+}
+
 int main(void)
 {
+    span_writers();
     check_text(w_bytes, ALL_BYTES);
     check_text(w_utf8, "\"caf\xc3\xa9\",\"\xe2\x82\xac\",\"\xf0\x9f\x98\x80\",\"??A\",\"??\","
                        "\"???\",\"????\",\"?b\",\"???\",\"xsp.k?\",[\"a?\", 1]");
