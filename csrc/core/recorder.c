@@ -2,8 +2,12 @@
  * recorder.c: sessions, thread buffers and the hot path (see recorder.h and tbuf.h).
  *
  * Global state:
- *   g_gen       odd while a session records, even otherwise; bumped by start and stop.  Read
- *               by every begin/end (seq_cst, paired with the thread's busy flag).
+ *   g_gen       two counters in one word, so that the fast paths check both with one compare:
+ *               the low 32 bits are the session generation, odd while a session records, even
+ *               otherwise, bumped by start and stop; the high 32 bits are the names epoch,
+ *               bumped by xsp_rec_names_changed.  Read by every begin/end (seq_cst, paired with
+ *               the thread's busy flag).  Changed only by atomic read-modify-writes, since the
+ *               epoch's bump does not take g_lock.
  *   g_registry  head of the list of all thread buffers ever attached (lock-free push).
  *   g_sess      the session's pool and cap accounting.  Written by start/stop under g_lock;
  *               the hot path reads it only between busy=1 and busy=0 with g_gen odd.
@@ -54,6 +58,9 @@ typedef struct rec_session {
 } rec_session;
 
 static _Atomic uint64_t g_gen = 0;               /* see above */
+#define GEN_SESSION(w) ((uint32_t)(w))           /* g_gen's session generation */
+#define GEN_EPOCH(w) ((uint32_t)((w) >> 32))     /* g_gen's names epoch */
+#define GEN_EPOCH_ONE (UINT64_C(1) << 32)        /* one names epoch */
 static _Atomic(xsp_tbuf *) g_registry = NULL;    /* see above */
 static rec_session g_sess;                         /* protected by g_lock, see above */
 static char *g_pool = NULL;                      /* the pool memory, kept between sessions;
@@ -66,11 +73,15 @@ static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records
                                                     xsp_rec_set_hooks); read by the hot path */
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Atomic(xsp_thread_role_fn) g_role_fn = NULL;  /* xsp_rec_set_thread_role_fn */
-static _Thread_local xsp_tbuf *tls_tb = NULL;    /* this thread's buffer, never freed while
-                                                    the thread lives */
-static _Atomic uint32_t g_name_epoch = 1;        /* bumped by xsp_rec_names_changed; slots
-                                                    filled at another epoch (or 0) compare
-                                                    the bytes */
+/* A thread without a buffer points at g_notb, never at NULL, so that the fast paths need no
+ * null check: its fast_gen is 0, which no g_gen matches, so they leave it for the slow path
+ * at once (it only ever sees their busy stores, from any thread: nobody waits on it). */
+static xsp_tbuf g_notb;
+/* this thread's buffer (or g_notb), never freed while the thread lives.  initial-exec: one
+ * load from the GOT and one %fs-relative load per begin or end, where the TLS descriptor
+ * costs a call (the module is dlopen()ed; 8 bytes of the static TLS surplus that glibc keeps
+ * for such modules) */
+static _Thread_local xsp_tbuf *tls_tb __attribute__((tls_model("initial-exec"))) = &g_notb;
 static uint8_t g_nochunk[2];                     /* wp = g_nochunk + 1 > wend = g_nochunk:
                                                     "no room", so the next event takes the
                                                     slow path, which finds a chunk */
@@ -107,7 +118,7 @@ static void on_thread_exit(void *p)
     /* forget it first: a later destructor that records attaches a fresh buffer (glibc runs
      * destructors again for keys set during a destructor pass), never this one, which a stop
      * may free from now on */
-    tls_tb = NULL;
+    tls_tb = &g_notb;
     atomic_store(&((xsp_tbuf *)p)->dead, 1);
 }
 
@@ -120,7 +131,7 @@ static void on_fork_child(void)
     atomic_store(&g_gen, (gen | 1) + 1);
     pthread_mutex_init(&g_lock, NULL);
     atomic_store(&g_registry, NULL);
-    tls_tb = NULL;
+    tls_tb = &g_notb;
     g_sess.pool = NULL;
     g_sess.pool_n = 0;
     g_pool = NULL;                 /* the parent's; leaked in the child */
@@ -174,7 +185,18 @@ static void fast_update(xsp_tbuf *tb)
     tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop
                            && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
                            && !tb->capped && !tb->ldepth && !tb->loverflow
-                       ? tb->gen : 0;
+                       ? (uint64_t)tb->names_epoch << 32 | tb->gen : 0;
+}
+
+/* Called by the owner, busy set, when g_gen's names epoch is not the one its stable slots were
+ * checked at: every slot compares its bytes again at its next hit. */
+static void names_refresh(xsp_tbuf *tb, uint32_t epoch)
+{
+    for (uint32_t i = 0; i < XSP_NAME_CACHE; i++)
+        if (tb->ncache[i].key != 0)
+            tb->ncache[i].key |= XSP_SLOT_UNSTABLE;
+    tb->names_epoch = epoch;
+    fast_update(tb);
 }
 
 /* Called by the owner, busy set, when its contents belong to an older session (whose stop
@@ -300,42 +322,46 @@ static uint32_t tbuf_intern(xsp_tbuf *tb, const char *s, size_t len)
     return id;
 }
 
-/* The cache slot of a NUL-terminated name's address. */
+/* The cache slot of a NUL-terminated name's address: index ((p >> 4) ^ (p >> 12)) mod
+ * XSP_NAME_CACHE, computed as its byte offset (p ^ (p >> 8)) & 0xFF0, which is the same number
+ * times the slot's 16 bytes in three instructions instead of six. */
 static inline xsp_name_slot *name_slot(xsp_tbuf *tb, const char *s)
 {
     uintptr_t p = (uintptr_t)s;
-    return &tb->ncache[((p >> 4) ^ (p >> 12)) & (XSP_NAME_CACHE - 1)];
+    return (xsp_name_slot *)(void *)((char *)tb->ncache
+                                     + ((p ^ (p >> 8)) & ((XSP_NAME_CACHE - 1) << 4)));
 }
+_Static_assert(sizeof(xsp_name_slot) == 16, "name_slot's offset assumes 16-byte slots");
 
-/* A cache hit: the slot holds this address and the bytes there still are the interned name. */
+/* A cache hit: the slot holds this address (stable or not) and the bytes there still are the
+ * interned name. */
 static inline int name_hit(const xsp_tbuf *tb, const xsp_name_slot *slot, const char *s)
 {
-    return slot->ptr == s
+    return (slot->key | XSP_SLOT_UNSTABLE) == ((uintptr_t)s | XSP_SLOT_UNSTABLE)
            && strncmp(s, tb->names.arena + tb->names.offs[slot->id],
                       (size_t)tb->names.lens[slot->id] + 1) == 0;
 }
 
 /* Interns a name on the owner's table, charging growth to the cap. UINT32_MAX if lost.
  * len == XSP_NAME_NUL: s is NUL-terminated and goes through the pointer cache first; stable:
- * the caller passed XSP_NAME_STABLE, so the slot may skip the comparison until the epoch
- * changes. */
+ * the caller passed XSP_NAME_STABLE, so the slot may skip the comparison while the names epoch
+ * stays the buffer's (enter() read it before these bytes are read: a change after that makes
+ * names_refresh demote the slot before the fast path can take it). */
 static uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len, int stable)
 {
     xsp_name_slot *slot = NULL;
-    uint32_t epoch = 0;
+    uintptr_t key = (uintptr_t)s | (stable ? 0 : XSP_SLOT_UNSTABLE);
     if (len == XSP_NAME_NUL) {
-        /* the epoch before the bytes are read: a change after it invalidates the slot */
-        epoch = stable ? atomic_load_explicit(&g_name_epoch, memory_order_acquire) : 0;
         slot = name_slot(tb, s);
         if (name_hit(tb, slot, s)) {
-            slot->epoch = epoch;
+            slot->key = key;
             return slot->id;
         }
         len = strlen(s);
     }
     uint32_t id = tbuf_intern(tb, s, len);
     if (slot && id != UINT32_MAX)
-        *slot = (xsp_name_slot){.ptr = s, .id = id, .epoch = epoch};
+        *slot = (xsp_name_slot){.key = key, .id = id};
     return id;
 }
 
@@ -344,30 +370,32 @@ static uint32_t tbuf_name(xsp_tbuf *tb, const char *s, size_t len, int stable)
 static xsp_tbuf *enter(void)
 {
     xsp_tbuf *tb = tls_tb;
-    if (__builtin_expect(tb == NULL, 0)) {
+    if (__builtin_expect(tb == &g_notb, 0)) {
         if (!(atomic_load_explicit(&g_gen, memory_order_relaxed) & 1))
             return NULL;
         tb = tbuf_attach();
         if (!tb)
             return NULL;
     }
-    uint64_t gen;
+    uint64_t w;
     if (__builtin_expect(g_membarrier, 1)) {
         /* stop's membarrier() turns this compiler barrier into a full fence when it matters */
         atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
         atomic_signal_fence(memory_order_seq_cst);
         /* acquire: the session state start published before the generation is visible */
-        gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+        w = atomic_load_explicit(&g_gen, memory_order_acquire);
     } else {
         atomic_store_explicit(&tb->busy, 1, memory_order_seq_cst);
-        gen = atomic_load_explicit(&g_gen, memory_order_seq_cst);
+        w = atomic_load_explicit(&g_gen, memory_order_seq_cst);
     }
-    if (!(gen & 1)) {
+    if (!(w & 1)) {
         atomic_store_explicit(&tb->busy, 0, memory_order_release);
         return NULL;
     }
-    if (__builtin_expect(tb->gen != gen, 0))
-        tbuf_reset(tb, gen);
+    if (__builtin_expect(tb->gen != GEN_SESSION(w), 0))
+        tbuf_reset(tb, GEN_SESSION(w));
+    if (__builtin_expect(tb->names_epoch != GEN_EPOCH(w), 0))
+        names_refresh(tb, GEN_EPOCH(w));   /* before any name's bytes are read */
     return tb;
 }
 
@@ -400,15 +428,54 @@ static inline void put_end(uint8_t *p, uint64_t key, uint32_t flags, uint64_t ti
     w[1] = key | (uint64_t)(XSP_EV_END | (flags & 0x3Fu)) << 56;
 }
 
+#if defined(__x86_64__)
+/* The TSC as rdtsc gives it: two 32-bit halves. */
+typedef struct tsc_halves {
+    uint32_t lo, hi;
+} tsc_halves;
+
+static inline __attribute__((always_inline)) tsc_halves read_tsc(void)
+{
+    tsc_halves t;
+    __asm__ __volatile__("rdtsc" : "=a"(t.lo), "=d"(t.hi));
+    return t;
+}
+
+/* Stores a TSC reading at p as its two halves (little-endian: the 64-bit count), which saves
+ * the shift and the or that join them. */
+static inline __attribute__((always_inline)) void put_tsc(uint8_t *p, tsc_halves t)
+{
+    memcpy(p, &t.lo, 4);
+    memcpy(p + 4, &t.hi, 4);
+}
+
+/* The fast path's level-L begin at p (room checked), as put_begin writes it, in fewer
+ * instructions: the tag as a byte over the top byte of the key (below 2^56, so zero there)
+ * and the TSC as its halves, last, so that the span starts after the bookkeeping. */
+static inline __attribute__((always_inline)) void put_begin_l(uint8_t *p, uint64_t key,
+                                                             uint8_t kind, int64_t a0,
+                                                             uint32_t nid, int64_t a1)
+{
+    uint8_t tag = (uint8_t)(begin_tag(XSP_LEVEL_L, kind) >> 56);
+    uint32_t a1_32 = (uint32_t)a1;
+    memcpy(p + 8, &key, 8);
+    p[15] = tag;
+    memcpy(p + 16, &a0, 8);
+    uint64_t w3 = nid | (uint64_t)a1_32 << 32;   /* one store: two 32-bit ones would be
+                                                    * joined in a vector register */
+    memcpy(p + 24, &w3, 8);
+    put_tsc(p, read_tsc());
+}
+#endif
+
 /* The fast paths' entry: the busy handshake of enter(), membarrier flavour (fast_gen is 0
  * without membarrier), then the thread's buffer with busy set if it belongs to this session,
- * the fast paths may run on it (fast_update) and its chunk has room for any event; else NULL
- * with busy clear (the caller takes its slow path). */
+ * its stable name slots were checked at the current names epoch (one compare of g_gen does
+ * both), the fast paths may run on it (fast_update) and its chunk has room for any event; else
+ * NULL with busy clear (the caller takes its slow path). */
 static inline __attribute__((always_inline)) xsp_tbuf *fast_enter(void)
 {
-    xsp_tbuf *tb = tls_tb;
-    if (__builtin_expect(tb == NULL, 0))
-        return NULL;
+    xsp_tbuf *tb = tls_tb;   /* g_notb when the thread has no buffer: fast_gen 0 */
     atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
     uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
@@ -551,7 +618,7 @@ static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *nam
 
 /* The op entry.  The fast path (x86-64, the TSC as clock): a buffer reset for this session with
  * room for the event, and a stable name found at its address in the pointer cache at the
- * current epoch; then a begin is four stores and an rdtsc, and the function needs no stack
+ * current epoch; then a begin is six stores and an rdtsc, and the function needs no stack
  * frame (everything else is a tail call). */
 void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
@@ -559,17 +626,13 @@ void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, i
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
         const xsp_name_slot *slot = name_slot(tb, name);
-        /* both the caller and the slot's filler vouch for the name (a slot's epoch is nonzero
-         * only if a stable name filled it): a string the dispatcher frees just after its
-         * deregistration listener ran is never taken for a user scope's */
-        if (__builtin_expect(slot->ptr == name && (kind & XSP_NAME_STABLE)
-                             && slot->epoch == atomic_load_explicit(&g_name_epoch,
-                                                                    memory_order_relaxed),
-                             1)) {
-            uint8_t *p = tb->wp;
-            tb->wp = p + 32;
-            put_begin(p, key | begin_tag(XSP_LEVEL_L, kind & (uint8_t)~XSP_NAME_STABLE), a0,
-                      slot->id | (uint64_t)(uint32_t)a1 << 32, __rdtsc());
+        /* both the caller and the slot's filler vouch for the name (a slot's key is the bare
+         * address only if a stable name filled it, at the names epoch that fast_enter found
+         * unchanged): a string the dispatcher frees just after its deregistration listener ran
+         * is never taken for a user scope's */
+        if (__builtin_expect(slot->key == (uintptr_t)name && (kind & XSP_NAME_STABLE), 1)) {
+            put_begin_l(tb->wp, key, kind, a0, slot->id, a1);
+            tb->wp += 32;
             leave(tb);
             return;
         }
@@ -633,14 +696,18 @@ static __attribute__((noinline)) void end_l_slow(uint64_t key, uint64_t tsc)
 void xsp_rec_end_l(uint64_t key)
 {
 #if defined(__x86_64__)
-    uint64_t now = __rdtsc();   /* first, so the bookkeeping below is outside the span */
+    tsc_halves t = read_tsc();   /* first, so the bookkeeping below is outside the span */
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        put_end(tb->wp, key, 0, now);
+        uint8_t *p = tb->wp;
+        uint64_t w1 = key | (uint64_t)XSP_EV_END << 56;
+        put_tsc(p, t);
+        memcpy(p + 8, &w1, 8);
         tb->wp += 16;
         leave(tb);
         return;
     }
+    uint64_t now = (uint64_t)t.hi << 32 | t.lo;
 #else
     uint64_t now = 0;
 #endif
@@ -686,13 +753,9 @@ void xsp_rec_data(uint32_t sub, const void *data, uint32_t len)
 
 void xsp_rec_names_changed(void)
 {
-    /* 0 marks slots that are not stable: the epoch never takes it (it wraps past it after
-     * 2^32 registrations, so a slot's epoch could only repeat across 2^32 of them) */
-    uint32_t e = atomic_load_explicit(&g_name_epoch, memory_order_relaxed), next;
-    do {
-        next = e + 1 ? e + 1 : 1;
-    } while (!atomic_compare_exchange_weak_explicit(&g_name_epoch, &e, next,
-                                                    memory_order_release, memory_order_relaxed));
+    /* the epoch wraps after 2^32 registrations: a thread would have to stay out of every slow
+     * path across all of them to take a stale slot */
+    atomic_fetch_add(&g_gen, GEN_EPOCH_ONE);
 }
 
 uint64_t xsp_rec_now(void)
@@ -763,8 +826,8 @@ int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen)
     xsp_clock_init();
     g_sess.fake = atomic_load(&xsp_fake_step) != 0;
     g_sess.start_ticks = xsp_clock_ticks();
-    g_sess.gen = atomic_load(&g_gen) + 1;
-    atomic_store(&g_gen, g_sess.gen);
+    /* even + 1: no carry into the epoch */
+    g_sess.gen = GEN_SESSION(atomic_fetch_add(&g_gen, 1) + 1);
     pthread_mutex_unlock(&g_lock);
     return 0;
 }
@@ -828,13 +891,13 @@ int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_
 {
     *out = NULL;
     pthread_mutex_lock(&g_lock);
-    uint64_t gen = atomic_load(&g_gen);
+    uint64_t gen = GEN_SESSION(atomic_load(&g_gen));
     if (!(gen & 1)) {
         pthread_mutex_unlock(&g_lock);
         snprintf(err, errlen, "no recording session is active");
         return -1;
     }
-    atomic_store(&g_gen, gen + 1);
+    atomic_fetch_add(&g_gen, 1);   /* a carry past 2^32 sessions only bumps the epoch */
     fence_all();
     uint32_t n = 0, cap = 16;
     xsp_tbuf **bufs = malloc(cap * sizeof *bufs);

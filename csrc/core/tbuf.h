@@ -83,14 +83,19 @@ typedef struct xsp_mem_ent {
 /* A direct-mapped cache of names passed NUL-terminated (the shim's): pointer -> id, hit only
  * when the bytes at the pointer still equal the interned copy, so a reused pointer is safe;
  * for a name its caller declares stable (XSP_NAME_STABLE), when no operator was registered or
- * deregistered since the bytes were last compared (the names epoch is unchanged). */
+ * deregistered since the bytes were last compared (the names epoch is unchanged: a change
+ * marks every slot unstable before the owner reads a name again, recorder.c names_refresh). */
 #define XSP_NAME_CACHE 256u
+#define XSP_SLOT_UNSTABLE (UINT64_C(1) << 63)   /* in a slot's key: compare the bytes (no user
+                                                 * address has bit 63 set on x86-64, where the
+                                                 * fast path runs; elsewhere the bytes decide) */
 typedef struct xsp_name_slot {
-    const char *ptr;    /* the caller's pointer, NULL = empty */
+    uint64_t key;       /* the caller's pointer, bare when a XSP_NAME_STABLE name was checked
+                         * here at the buffer's names epoch (the fast path's one compare), or
+                         * | XSP_SLOT_UNSTABLE (the bytes are compared at every hit); 0 = empty */
     uint32_t id;        /* local name id */
-    uint32_t epoch;     /* low 32 bits of the names epoch when a XSP_NAME_STABLE name was
-                         * checked here; 0 = not stable (the bytes are compared at every hit) */
-} xsp_name_slot;        /* 16 bytes: the slot's address is one shift away from its index */
+    uint32_t pad;       /* unused: 16-byte slots */
+} xsp_name_slot;
 
 /* An open span on the hook stack (G sessions only: the pushes and pops of external ids). */
 typedef struct xsp_hook_open {
@@ -103,13 +108,16 @@ typedef struct xsp_tbuf {
     /* the hot path's fields, first */
     uint8_t *wp;                /* next free byte of the current log chunk */
     uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
-    uint64_t fast_gen;          /* == the session's generation when the fast path may run
-                                 * (buffer reset for it, membarrier, no hooks, TSC clock, no
-                                 * chunk refused, no lost span open);
-                                 * 0 otherwise */
+    uint64_t fast_gen;          /* == g_gen (names_epoch << 32 | gen) when the fast path may
+                                 * run (buffer reset for the session, its stable name slots
+                                 * checked at the epoch, membarrier, no hooks, TSC clock, no
+                                 * chunk refused, no lost span open); 0 otherwise */
     _Atomic int busy;           /* 1 while the owner is inside a begin/end (see stop) */
     _Atomic int dead;           /* set when the owning thread has exited */
-    uint64_t gen;               /* session generation the contents belong to */
+    uint64_t gen;               /* session generation the contents belong to (g_gen's low
+                                 * 32 bits) */
+    uint32_t names_epoch;       /* names epoch (g_gen's high 32 bits) the stable slots of
+                                 * ncache were checked at */
     xsp_name_slot ncache[XSP_NAME_CACHE]; /* name pointer cache, cleared with names */
 
     uint64_t tid;               /* OS thread id of the owner */

@@ -65,7 +65,9 @@ using end_fn = void (*)(uint64_t) noexcept;                 /* rec_end_l */
 using changed_fn = void (*)() noexcept;                     /* names_changed */
 using data_fn = void (*)(uint32_t, const void *, uint32_t) noexcept;   /* rec_data */
 
-/* Set at attach, never cleared (see the lifetime note above). */
+/* Set at attach, never cleared (see the lifetime note above).  g_begin and g_end are stored
+ * before the first at::addGlobalCallback, which publishes them to every thread that can run
+ * on_start or on_end: those read them without a null check. */
 std::atomic<begin_fn> g_begin{nullptr};  /* the core's rec_begin_l, null before the first attach */
 std::atomic<end_fn> g_end{nullptr};      /* the core's rec_end_l, null before the first attach */
 std::atomic<changed_fn> g_changed{nullptr};  /* the core's names_changed */
@@ -91,23 +93,6 @@ constexpr uint8_t kind_for(size_t scope) noexcept
                                                                            : XSP_KIND_OP;
 }
 
-/* kind_for as a table over every value a RecordScope (an 8-bit enum) can hold: one load on
- * the hot path, no compare */
-struct kind_table {
-    uint8_t k[256];
-    constexpr kind_table() : k()
-    {
-        for (size_t i = 0; i < 256; i++)
-            k[i] = kind_for(i);
-    }
-};
-constexpr kind_table KINDS{};
-static_assert(sizeof(at::RecordScope) == 1, "RecordScope is an 8-bit enum");
-
-inline uint8_t kind_of(at::RecordScope scope) noexcept
-{
-    return KINDS.k[static_cast<uint8_t>(scope)];
-}
 
 /*
  * Stable names.  RecordFunction::name() is an out-of-line call that returns either the
@@ -144,6 +129,28 @@ template struct fn_steal<&at::RecordFunction::fn_>;
 #define XSP_TORCH_FN_CHECKED 0
 #endif
 
+/* The stable-name flag of a schema-named op (see "Stable names" above): ORed into the table
+ * below, and taken out again for the names that are not schemas' */
+constexpr uint8_t kSchemaStable = XSP_TORCH_FN_CHECKED ? XSP_NAME_STABLE : 0;
+
+/* kind_for as a table over every value a RecordScope (an 8-bit enum) can hold, with the
+ * stable-name flag of a schema's name: one load on the hot path, no compare */
+struct kind_table {
+    uint8_t k[256];
+    constexpr kind_table() : k()
+    {
+        for (size_t i = 0; i < 256; i++)
+            k[i] = static_cast<uint8_t>(kind_for(i) | kSchemaStable);
+    }
+};
+constexpr kind_table KINDS{};
+static_assert(sizeof(at::RecordScope) == 1, "RecordScope is an 8-bit enum");
+
+inline uint8_t kind_of(at::RecordScope scope) noexcept
+{
+    return KINDS.k[static_cast<uint8_t>(scope)];
+}
+
 /* Tells the core when operator names may have moved: every (de)registration bumps its epoch. */
 class names_listener final : public c10::OpRegistrationListener {
 public:
@@ -159,19 +166,18 @@ private:
     }
 };
 
-/* XSP_NAME_STABLE once the listener is registered (for the process's life: never removed,
- * since the dispatcher may outlive or predecease us at exit), 0 before: ORed into the kind of
- * schema-named ops.  Written under g_lock, read lock-free. */
-std::atomic<uint8_t> g_stable_bit{0};
+/* true once the listener is registered (for the process's life: never removed, since the
+ * dispatcher may outlive or predecease us at exit).  The first attach registers it before it
+ * adds the callback (or fails without adding it), so every on_start runs with the listener in
+ * place and may pass XSP_NAME_STABLE without checking.  Protected by g_lock. */
+bool g_listening = false;
 
 /* The begin of every span: returns the op's schema when it has one (for the inputs). */
 inline const c10::FunctionSchema *begin_span(const at::RecordFunction &fn) noexcept
 {
     const c10::FunctionSchema *schema_out = nullptr;
     try {
-        begin_fn begin = g_begin.load(std::memory_order_relaxed);
-        if (begin == nullptr)
-            return nullptr;
+        begin_fn begin = g_begin.load(std::memory_order_relaxed);   /* set: see g_begin */
         at::RecordScope scope = fn.scope();
         uint8_t kind = kind_of(scope);
         const char *name;
@@ -180,9 +186,9 @@ inline const c10::FunctionSchema *begin_span(const at::RecordFunction &fn) noexc
         if (const auto *schema = std::get_if<at::RecordFunction::schema_ref_t>(&v)) {
             name = schema->get().name().c_str();
             schema_out = &schema->get();
-            kind |= g_stable_bit.load(std::memory_order_relaxed);
         } else {
             name = std::get<std::string>(v).c_str();
+            kind &= static_cast<uint8_t>(~XSP_NAME_STABLE);
         }
 #else
         name = fn.name();
@@ -401,9 +407,8 @@ std::unique_ptr<at::ObserverContext> on_start_inputs(const at::RecordFunction &f
 
 void on_end(const at::RecordFunction &fn, at::ObserverContext *) noexcept
 {
-    end_fn end = g_end.load(std::memory_order_relaxed);
-    if (end != nullptr)
-        end(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)));
+    end_fn end = g_end.load(std::memory_order_relaxed);   /* set: see g_begin */
+    end(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)));
 }
 
 } // namespace
@@ -516,11 +521,11 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char 
         g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);
         g_changed.store(reinterpret_cast<changed_fn>(api->names_changed),
                         std::memory_order_release);
-        if (XSP_TORCH_FN_CHECKED && !g_stable_bit.load(std::memory_order_relaxed)) {
+        if (XSP_TORCH_FN_CHECKED && !g_listening) {
             /* leaked on purpose: the handle's destructor would touch the dispatcher at exit */
             new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
                 std::make_unique<names_listener>()));
-            g_stable_bit.store(XSP_NAME_STABLE, std::memory_order_release);
+            g_listening = true;
         }
         bool inputs = (options & XSP_TORCH_INPUTS) != 0;
         at::CallbackHandle h = at::addGlobalCallback(
