@@ -79,8 +79,12 @@ static _Atomic(xsp_thread_role_fn) g_role_fn = NULL;  /* xsp_rec_set_thread_role
 static xsp_tbuf g_notb;
 /* this thread's buffer (or g_notb), never freed while the thread lives.  initial-exec: one
  * load from the GOT and one %fs-relative load per begin or end, where the TLS descriptor
- * costs a call (the module is dlopen()ed; 8 bytes of the static TLS surplus that glibc keeps
- * for such modules) */
+ * costs a call and three more instructions.  The price: the module is dlopen()ed, so glibc
+ * must place all of its thread-locals (352 bytes in xsp._core on 2026-12-03: readelf -l, the
+ * TLS segment) in the static TLS surplus it keeps for such modules (rtld.optional_static_tls,
+ * 512 bytes by default, shared with every other module loaded so); were it used up, the
+ * import would fail with "cannot allocate memory in static TLS block" (the remedy:
+ * GLIBC_TUNABLES=glibc.rtld.optional_static_tls=2048, or dropping this attribute). */
 static _Thread_local xsp_tbuf *tls_tb __attribute__((tls_model("initial-exec"))) = &g_notb;
 static uint8_t g_nochunk[2];                     /* wp = g_nochunk + 1 > wend = g_nochunk:
                                                     "no room", so the next event takes the
