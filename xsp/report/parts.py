@@ -27,7 +27,7 @@ from xsp.core.util import printable
 from xsp.values.trace import KINDS, ancestor_count
 
 __all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
-           "roofline_svg", "memory_svg", "SORT_SCRIPT"]
+           "roofline_svg", "memory_svg", "iterations_svg", "SORT_SCRIPT"]
 
 # fill colours per kind, light enough for black labels; "merged" is a box of sub-pixel spans
 KIND_COLORS = {
@@ -1082,5 +1082,91 @@ def memory_svg(rows, *, width=760, height=260, device="cpu", notes=()):
                       _html_mod.escape(str(best.get("name", "?")))))
     for k, n in enumerate(notes):
         out.append('<text x="%d" y="%d">%s</text>' % (left, height + 12 + 14 * k, _html_mod.escape(n)))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def iterations_svg(first, last, series, lo=None, hi=None, *, title="", notes=(), width=760,
+                   height=260):
+    """Bars over runs of consecutive iterations as a self-contained inline SVG (a str): bar k
+    covers iterations first[k]..last[k] on the x axis, stacked from series [(label, values in
+    ns, colour)] (negative values drawn as 0), with a whisker from lo[k] to hi[k] (ns) when
+    given; each bar's <title> gives its figures; a legend of the series and notes (strs) under
+    it.  The elements drawn are a fixed number per bar, so the caller bounds the size by the
+    number of bars (xsp.report.summary bins the iterations).  Raises ValueError for width
+    under 400 or height under 160."""
+    if width < 400 or height < 160:
+        raise ValueError("iteration plot must be at least 400 x 160 px, not %r x %r"
+                         % (width, height))
+    first, last = np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64)
+    vals = [np.clip(np.asarray(v, dtype=np.float64), 0, None) for _, v, _ in series]
+    tops = np.sum(vals, axis=0) if vals else np.zeros(len(first))
+    ymax = float(max(tops.max() if len(tops) else 0.0,
+                     np.max(hi) if hi is not None and len(hi) else 0.0, 1.0))
+    step = _nice_step(ymax, target=4)
+    ymax = math.ceil(ymax / step) * step
+    left, right, top, bottom = 80, 20, 24, 40
+    pw, ph = width - left - right, height - top - bottom
+    n_it = int(last[-1]) + 1 if len(last) else 1
+    extra = 14 * (len(notes) + 1)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="xsp-iters" width="%d" height="%d" '
+           'viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">'
+           % (width, height + extra, width, height + extra),
+           '<text x="%d" y="14" font-weight="bold">%s</text>' % (left, _esc(title))]
+
+    def px(i):
+        return left + i / n_it * pw
+
+    def py(v):
+        return top + ph - v / ymax * ph
+
+    k = 0
+    while k * step <= ymax + step / 2:
+        y = py(k * step)
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" '
+                   'y="%.1f" text-anchor="end">%s</text>' % (
+                       left, left + pw, y, y, left - 6, y + 4, _tick_label(k * step, step)))
+        k += 1
+    xstep = max(1, int(_nice_step(n_it, target=8)))
+    for i in range(0, n_it + 1, xstep):
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>'
+                   % (px(i), top + ph + 14, i))
+    out.append('<text x="%d" y="%d" text-anchor="middle">iteration</text>'
+               % (left + pw // 2, top + ph + 30))
+    for b in range(len(first)):
+        x0, x1 = px(first[b]), px(last[b] + 1)
+        w = max(x1 - x0 - (1 if x1 - x0 > 3 else 0), 0.5)
+        tip = ["iteration %d" % first[b] if first[b] == last[b] else
+               "iterations %d-%d" % (first[b], last[b])]
+        tip += ["%s %s" % (label, fmt_ns(float(v[b]))) for (label, _, _), v in
+                zip(series, vals)]
+        if lo is not None:
+            tip.append("min %s, max %s" % (fmt_ns(float(lo[b])), fmt_ns(float(hi[b]))))
+        g = ['<g><title>%s</title>' % _esc("\n".join(tip))]
+        base = 0.0
+        for (_, _, color), v in zip(series, vals):
+            if v[b] > 0:
+                g.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>' % (
+                    x0, py(base + v[b]), w, py(base) - py(base + v[b]), color))
+            base += v[b]
+        if lo is not None:
+            xm = x0 + w / 2
+            g.append('<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#222"/>'
+                     % (xm, xm, py(lo[b]), py(hi[b])))
+        g.append("</g>")
+        out.append("".join(g))
+    out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>'
+               % (left, top, pw, ph))
+    x = left
+    y = height + 10
+    for label, _, color in series:
+        out.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" '
+                   'y="%d">%s</text>' % (x, y - 9, color, x + 14, y, _esc(label)))
+        x += 24 + int(6.5 * len(label))
+    if lo is not None:
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#222"/><text x="%d" y="%d">'
+                   'min-max</text>' % (x + 5, x + 5, y - 10, y, x + 14, y))
+    for j, n in enumerate(notes):
+        out.append('<text x="%d" y="%d">%s</text>' % (left, y + 14 * (j + 1), _esc(n)))
     out.append("</svg>")
     return "".join(out)

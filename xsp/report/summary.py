@@ -652,14 +652,95 @@ def _int_ticks(ax):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+ITER_ROWS = 30      # rows of the HTML iterations table: more iterations are binned into as many
+ITER_BARS = 120     # bars of the per-iteration chart: more iterations are binned likewise
+TABLE_ROWS = 50     # rows of an HTML table that is not a top-N one (layer types, GPU vs CPU)
+PHASES = (("forward", "#4c72b0"), ("toplevel_layers", "#8172b2"), ("backward", "#dd8452"),
+          ("optimizer", "#55a868"), ("other", "#bbbbbb"))
+PHASE_LABELS = {"toplevel_layers": "loss, top-level layers"}
+
+
+def iteration_bins(n, max_bins):
+    """(first, last): the iterations 0..n-1 cut into min(n, max_bins) runs of consecutive
+    iterations whose sizes differ by one at most (the larger ones last), as int64 arrays of
+    each run's first and last iteration; empty arrays for n = 0."""
+    k = min(n, max_bins)
+    if k <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    edges = (np.arange(k + 1, dtype=np.int64) * n) // k
+    return edges[:-1], edges[1:] - 1
+
+
+def bin_stats(values, first, last):
+    """(mean, min, max) of values (one per iteration) over each run first[k]..last[k]
+    (iteration_bins), as float64 arrays; the sums are taken in int64 when values are
+    integers, so the means are exact to a float's precision."""
+    v = np.asarray(values)
+    if v.dtype.kind in "iub":
+        v = v.astype(np.int64)
+    n = (last - first + 1).astype(np.float64)
+    return (np.add.reduceat(v, first) / n, np.minimum.reduceat(v, first).astype(np.float64),
+            np.maximum.reduceat(v, first).astype(np.float64))
+
+
+def bins_words(first, last):
+    """What a binning did, for a caption: "1,830 iterations in 120 bins of 15-16 consecutive
+    iterations" ("of 15" when all are the same size)."""
+    sizes = last - first + 1
+    lo, hi = int(sizes.min()), int(sizes.max())
+    return "%s iterations in %d bins of %s consecutive iterations" % (
+        format(int(last[-1]) + 1, ","), len(first), lo if lo == hi else "%d-%d" % (lo, hi))
+
+
+def _binned_phases(cols, max_rows):
+    """The iterations table binned (more iterations than max_rows): one row per run of
+    consecutive iterations (iteration_bins): "iterations" ("0-14"), count, the mean step
+    latency, its min and max, and the mean of each phase; and the words saying so."""
+    import pandas as pd
+    first, last = iteration_bins(len(cols["step_ns"]), max_rows)
+    mean, lo, hi = bin_stats(cols["step_ns"], first, last)
+    df = {"iterations": ["%d-%d" % (a, b) if a != b else str(a) for a, b in zip(first, last)],
+          "count": last - first + 1, "step_ns": mean, "min_ns": lo, "max_ns": hi}
+    for name, _ in PHASES:
+        df[name + "_ns"] = bin_stats(cols[name + "_ns"], first, last)[0]
+    return pd.DataFrame(df), (
+        "%s: each row the means of its bin (step: the step latency; min and max: its fastest "
+        "and slowest step); xsp.analysis.phases(trace) has one row per iteration"
+        % bins_words(first, last))
+
+
+def _iterations_svg(s):
+    """The per-iteration chart binned into ITER_BARS bars, as SVG (matplotlib would draw a
+    bar per iteration and phase): each bar the mean per phase (steps) or the mean latency of
+    a run of consecutive iterations, its whisker the min-max latency; (svg, caption)."""
+    cols = s.phase_cols
+    lat = cols["step_ns"] if s.iteration_kind == "step" else \
+        s.iters["latency_ns"].to_numpy(np.int64)
+    first, last = iteration_bins(len(lat), ITER_BARS)
+    mean, lo, hi = bin_stats(lat, first, last)
+    if s.iteration_kind == "step":
+        series = [(PHASE_LABELS.get(name, name), bin_stats(cols[name + "_ns"], first, last)[0],
+                   color) for name, color in PHASES if cols[name + "_ns"].any()]
+        title, what = "Step latency per iteration, by phase", "the mean of each phase"
+    else:
+        series = [("mean latency", mean, "#4c72b0")]
+        title, what = "Latency per iteration", "the mean latency"
+    caption = "%s: each bar %s over its bin, the whisker its fastest and slowest iteration" % (
+        bins_words(first, last), what)
+    return _html.iterations_svg(first, last, series, lo, hi, title=title), caption
+
+
 def _plots(s):
-    """[(alt text, base64 PNG)] for the summary's figures; None without matplotlib."""
+    """[(alt text, kind, payload)] for the summary's figures: kind "png" with a base64 PNG,
+    or "svg" with (the SVG, its caption); None without matplotlib."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return None
     plots = []
-    if len(s.iters) > 1:
+    if len(s.iters) > ITER_BARS:
+        plots.append(("Latency per iteration", "svg", _iterations_svg(s)))
+    elif len(s.iters) > 1:
         from matplotlib.figure import Figure
         fig = Figure(figsize=(7, 2.8))
         ax = fig.add_subplot()
@@ -683,37 +764,38 @@ def _plots(s):
         ax.set_xlabel("iteration")
         ax.set_ylabel("latency (ms)")
         _int_ticks(ax)
-        plots.append(("Latency per iteration", _png(fig)))
+        plots.append(("Latency per iteration", "png", _png(fig)))
     if len(s.ranking):
-        plots.append(("Top layers: forward and backward time", _barh(
+        plots.append(("Top layers: forward and backward time", "png", _barh(
             s.ranking["name"], None, "Top layers: forward and backward time (all calls)",
             "time ({unit})", stacked=[
                 ("forward", s.ranking["total_ns"].to_numpy(float), "#4c72b0"),
                 ("backward", s.ranking["backward_ns"].to_numpy(float), "#dd8452")])))
-    if len(s.types):
-        plots.append(("Layer types: forward and backward time", _barh(
-            s.types["type"], None, "Layer types: forward and backward time", "time ({unit})",
-            stacked=[("forward", s.types["total_ns"].to_numpy(float), "#4c72b0"),
-                     ("backward", s.types["backward_ns"].to_numpy(float), "#dd8452")])))
+    types = s.types.head(TABLE_ROWS)      # as the table: the rest are counted under it
+    if len(types):
+        plots.append(("Layer types: forward and backward time", "png", _barh(
+            types["type"], None, "Layer types: forward and backward time", "time ({unit})",
+            stacked=[("forward", types["total_ns"].to_numpy(float), "#4c72b0"),
+                     ("backward", types["backward_ns"].to_numpy(float), "#dd8452")])))
     if len(s.ops):
-        plots.append(("Top ops by self time", _barh(
+        plots.append(("Top ops by self time", "png", _barh(
             s.ops["name"], s.ops["self_ns"], "Top ops by self time", "self time ({unit})")))
     if s.has_gpu and len(s.kernels):
-        plots.append(("Top kernels by GPU time", _barh(
+        plots.append(("Top kernels by GPU time", "png", _barh(
             s.kernels["name"], s.kernels["total_ns"], "Top kernels by GPU time",
             "total GPU time ({unit})")))
     if s.has_gpu:
         g = s.gvc[s.gvc["layer"] != "(model)"]
         g = g.sort_values("latency_ns", ascending=False).head(s.top)
         if len(g):
-            plots.append(("GPU vs CPU time per layer", _barh(
+            plots.append(("GPU vs CPU time per layer", "png", _barh(
                 g["layer"], None, "GPU vs CPU time per layer", "time ({unit})",
                 stacked=[("GPU", g["gpu_ns"].to_numpy(float), "#55a868"),
                          ("CPU", np.clip(g["cpu_ns"].to_numpy(float), 0, None),
                           "#c44e52")])))
     if s.overhead is not None and len(s.overhead):
         ov = s.overhead
-        plots.append(("Latency of each level in each run", _barh(
+        plots.append(("Latency of each level in each run", "png", _barh(
             ["%s in run %s" % (a, b) for a, b in zip(ov["level"], ov["run"])],
             ov["latency_ns"], "Latency of each level in each run", "latency ({unit})")))
     return plots
@@ -894,22 +976,40 @@ def html_fragment(source, top=10, include_compile=False):
         table("Overhead per level", s.overhead, "-")
         parts.extend("<p>%s</p>" % esc(n) for n in _overhead_notes(s.overhead))
     if s.iteration_kind == "step" and len(s.phases):
-        table("Iterations, by phase", s.phases, "-",
-              "forward: the model calls; loss, top-level layers: the loss and other top-level "
-              "layer calls; backward: autograd's backward functions; optimizer: Optimizer.step and "
-              "zero_grad; other: the rest of the step")
+        what = ("forward: the model calls; loss, top-level layers: the loss and other top-level "
+                "layer calls; backward: autograd's backward functions; optimizer: Optimizer.step "
+                "and zero_grad; other: the rest of the step")
+        if len(s.phases) > ITER_ROWS:       # a row per iteration would grow with the trace
+            binned, words = _binned_phases(s.phase_cols, ITER_ROWS)
+            table("Iterations, by phase", binned, "-", "%s. %s" % (words, what))
+        else:
+            table("Iterations, by phase", s.phases, "-", what)
     table("Top %d layers" % top, s.ranking, s.no_layers(),
           "leaf layers in the iterations, by forward time; backward through the forward op; "
           "'of forward' is of the model and top-level layer calls, 'of step (fwd+bwd)' is "
           "forward plus backward of the iterations' time")
-    table("Layer types", s.types, s.no_layers())
+    table("Layer types", s.types.head(TABLE_ROWS), s.no_layers())
+    if len(s.types) > TABLE_ROWS:
+        parts.append("<p>%s</p>" % esc("%d more layer types not shown (the %d with the most "
+                                       "forward time are): xsp.analysis.layer_types(trace)"
+                                       % (len(s.types) - TABLE_ROWS, TABLE_ROWS)))
     table("Top %d ops" % top, s.ops if s.has_gpu else s.ops.drop(columns=["gpu_ns",
                                                                           "gpu_self_ns"]),
           "no ops in the iterations", "aten ops in the iterations, by self time (total counts "
           "nested calls of the same op too, as torch.profiler does)")
     if s.has_gpu:
         table("Top %d kernels" % top, s.kernels, "No kernels recorded.")
-        table("GPU vs CPU per layer", s.gvc, "-")
+        g = s.gvc
+        if len(g) > TABLE_ROWS:      # the layers with the most latency, in order, and (model)
+            lay = g.iloc[:-1]
+            keep = np.sort(np.argsort(-lay["latency_ns"].to_numpy(float),
+                                      kind="stable")[:TABLE_ROWS - 1])
+            g = g.iloc[list(keep) + [len(g) - 1]]
+        table("GPU vs CPU per layer", g, "-")
+        if len(g) < len(s.gvc):
+            parts.append("<p>%s</p>" % esc(
+                "%d more layers not shown (the %d with the most latency are, in order of first "
+                "call): xsp.analysis.gpu_vs_cpu(trace)" % (len(s.gvc) - len(g), len(g) - 1)))
     else:
         parts.append("<h3>Kernels, GPU vs CPU</h3><p>Level G was not recorded.</p>")
     trace = source if hasattr(source, "counters") and hasattr(source, "threads") else None
@@ -929,9 +1029,13 @@ def html_fragment(source, top=10, include_compile=False):
     parts.append("<h3>Plots</h3>")
     if plots is None:
         parts.append("<p>Plots need matplotlib (pip install matplotlib).</p>")
-    for alt, png in plots or ():
-        parts.append('<figure><img alt="%s" src="data:image/png;base64,%s"/></figure>'
-                     % (esc(alt), png))
+    for alt, kind, payload in plots or ():
+        if kind == "svg":
+            parts.append('<figure>%s<figcaption>%s</figcaption></figure>'
+                         % (payload[0], esc(payload[1])))
+        else:
+            parts.append('<figure><img alt="%s" src="data:image/png;base64,%s"/></figure>'
+                         % (esc(alt), payload))
     parts.append("</div>")
     return printable("\n".join(parts))
 

@@ -123,3 +123,18 @@ def test_the_report_of_a_real_training_loop_renders_in_chromium(tmp_path):
         len(re.findall(r'<rect class="xsp-s ', doc)) > 10
     assert res.dom.count("<details") == doc.count("<details")
     assert res.ink_fraction > 0.01, res.report()
+
+
+@needs_chromium
+def test_binned_report_renders_in_chromium(tmp_path):
+    # the report of many iterations (test_bounded_report): the binned table and the SVG chart
+    # of the iterations parse and draw
+    from test_bounded_report import many_steps
+
+    import xsp
+    doc = xsp.report.html(many_steps(500), path=str(tmp_path / "many.html"))
+    res = B.check(str(tmp_path / "many.html"), screenshot=str(tmp_path / "many.png"),
+                  expect=["500 iterations in 30 bins of 16-17", 'class="xsp-iters"'])
+    assert res.ok, res.report()
+    assert res.console == [] and res.outside == []
+    assert res.dom.count("<title>") >= 120 and doc.count("<figcaption>") == 1
