@@ -5,11 +5,11 @@ sizes (linear in spans?).
 The workload: a Python loop of small aten ops (x.add_(1) on a 4-element tensor: add_ and the
 scalar's conversion, 5 op events each), as many as make --spans spans, recorded once by
 torch.profiler (CPU activity) and once by xsp (levels ML), in this process; the two recordings
-hold the same ops.  Then, --rounds times interleaved in a shuffled
-order (common.rounds), torch's export_chrome_trace (of a fresh recording each round: its
-results export once), xsp.save(.pt.trace.json) and xsp.save(.json) of the xsp trace, each to a
-fresh file on the same disk; the figures are medians.  With --reference, the Python writers the C ones replaced (kineto._reference_write,
-chrome._reference_write) once at the smallest size, for comparison.
+hold the same ops.  Then, --rounds times interleaved in a shuffled order (common.rounds),
+torch's export_chrome_trace (of a fresh recording each round: its results export once),
+xsp.save(.pt.trace.json) and xsp.save(.json) of the xsp trace, each to a fresh file on the
+same disk; the figures are medians.  With --reference, the Python writers the C ones replaced
+(kineto._reference_write, chrome._reference_write) at the smallest size, for comparison.
 
     python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
                                       [--xsp-only 10000000] [--profile-memory]

@@ -20,7 +20,7 @@ from xsp import _core
 from xsp.core.util import atomic_write, printable
 from xsp.formats.kineto import SPAWN_FLOW, spawn_links, thread_pids
 from xsp.formats.kineto import read as kineto_read
-from xsp.values.trace import KINDS, LEVELS, Trace
+from xsp.values.trace import KINDS, LEVELS, Trace, core_data
 
 
 def _finite(obj):
@@ -85,7 +85,7 @@ def write(trace, path):
             "spawn_j": np.array([j for _, j in links], dtype=np.int64)}
     head = _head(trace, pid, note, pids).encode("utf-8", "replace")
     gz = os.fsdecode(path).endswith(".gz")
-    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), gz, trace._data, head,
+    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), gz, core_data(trace), head,
                                                     b"\n]}\n", cols), binary=True)
     return path
 

@@ -43,7 +43,7 @@ import numpy as np
 from xsp import _core
 from xsp.core import iterations
 from xsp.core.util import atomic_write, printable
-from xsp.values.trace import Trace
+from xsp.values.trace import Trace, core_data
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
@@ -274,7 +274,7 @@ def write(trace, path, *, base_ns=None, leveled=None):
     except _Outside:
         return _reference_write(trace, path, base_ns=base_ns, leveled=leveled)
     gz = os.fsdecode(path).endswith(".gz")
-    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), gz, trace._data, head, tail,
+    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), gz, core_data(trace), head, tail,
                                                     cols), binary=True)
     return path
 

@@ -42,6 +42,13 @@ def write_xsp(trace, path):
     trace._data.save(path)
 
 
+def core_data(trace):
+    """The C trace a Trace wraps (an xsp._core.TraceData, read-only and never changed), for
+    the writers that hand it to C: the Kineto and Chrome JSON exporters (xsp.formats.kineto,
+    chrome; csrc/io/kinetow.h, chromew.h).  Cannot fail."""
+    return trace._data
+
+
 def merge_traces(inputs, meta, id_keys=("fwd_op", "api")):
     """The data layer's half of xsp.distributed.merge: one Trace of the spans of several,
     each moved onto a common clock (the C core's merge, core/tmerge.h).  inputs: (Trace,
