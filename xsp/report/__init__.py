@@ -10,7 +10,7 @@ with an __xsp_report__(kind, **options) method (xsp.perf's Result).  The rooms: 
 text and HTML summary of a trace or measurement), parts (the HTML timeline and tree), ranks
 (the cross-rank table), tree (Trace.tree()'s text and a notebook's view of a trace),
 compare (a comparison's text).  Loaded on first use: `import xsp`
-stays light (pandas and matplotlib load with the first report: summary and
+stays light (pandas loads with the first report: summary and
 xsp.analysis.compare are imported where they are needed).
 """
 import html as _html_mod
@@ -71,7 +71,7 @@ def html_fragment(value, top=10, *, include_compile=False):
 
 def html(value, path=None, top=10, *, include_compile=False):
     """The HTML report of value as one self-contained document (tables, an SVG timeline of the
-    median iteration, the collapsible tree, embedded PNG plots; bounded in size however large
+    median iteration, the collapsible tree, SVG plots; bounded in size however large
     the trace), written to path atomically when given.  Returns the document (a str).  Raises
     TypeError for a value no report is made of, OSError when path cannot be written."""
     from xsp.report import summary

@@ -27,7 +27,7 @@ from xsp.core.util import printable
 from xsp.values.trace import KINDS, ancestor_count
 
 __all__ = ["timeline_svg", "tree_html", "table_html", "page", "CSS", "KIND_COLORS",
-           "roofline_svg", "memory_svg", "iterations_svg", "SORT_SCRIPT"]
+           "roofline_svg", "memory_svg", "iterations_svg", "barh_svg", "SORT_SCRIPT"]
 
 # fill colours per kind, light enough for black labels; "merged" is a box of sub-pixel spans
 KIND_COLORS = {
@@ -1109,9 +1109,9 @@ def iterations_svg(first, last, series, lo=None, hi=None, *, title="", notes=(),
     pw, ph = width - left - right, height - top - bottom
     n_it = int(last[-1]) + 1 if len(last) else 1
     extra = 14 * (len(notes) + 1)
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="xsp-iters" width="%d" height="%d" '
-           'viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">'
-           % (width, height + extra, width, height + extra),
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="xsp-iters" role="img" '
+           'aria-label="%s" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" '
+           'font-size="11">' % (_esc(title), width, height + extra, width, height + extra),
            '<text x="%d" y="14" font-weight="bold">%s</text>' % (left, _esc(title))]
 
     def px(i):
@@ -1168,5 +1168,67 @@ def iterations_svg(first, last, series, lo=None, hi=None, *, title="", notes=(),
                    'min-max</text>' % (x + 5, x + 5, y - 10, y, x + 14, y))
     for j, n in enumerate(notes):
         out.append('<text x="%d" y="%d">%s</text>' % (left, y + 14 * (j + 1), _esc(n)))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def barh_svg(labels, series, *, title="", xlabel="time", width=760, max_label=48):
+    """Horizontal bars of durations as a self-contained inline SVG (a str): one bar per label,
+    top to bottom, stacked from series [(name, values in ns, colour)] (negative and missing
+    values drawn as 0; a legend when there are several), each bar's <title> giving its
+    figures; labels cut at max_label characters.  The caller bounds the bars (top-N)."""
+    labels = [str(x) for x in labels]
+    vals = [np.nan_to_num(np.clip(np.asarray(v, dtype=np.float64), 0, None)) for _, v, _ in series]
+    tops = np.sum(vals, axis=0) if vals and len(labels) else np.zeros(0)
+    xmax = float(max(tops.max() if len(tops) else 0.0, 1.0))
+    step = _nice_step(xmax, target=5)
+    xmax = math.ceil(xmax / step) * step
+    shown = [printable(x) if len(x) <= max_label else printable(x)[:max_label - 1] + "…"
+             for x in labels]
+    left = 16 + int(6.2 * max([len(x) for x in shown] + [4]))
+    right, top, bar_h = 24, 24, 18
+    pw = max(width - left - right, 200)
+    width = left + pw + right
+    ph = bar_h * len(labels)
+    height = top + ph + 40 + (16 if len(series) > 1 else 0)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="xsp-bars" role="img" '
+           'aria-label="%s" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" '
+           'font-size="11">' % (_esc(title), width, height, width, height),
+           '<text x="%d" y="14" font-weight="bold">%s</text>' % (left, _esc(title))]
+
+    def px(v):
+        return left + v / xmax * pw
+
+    k = 0
+    while k * step <= xmax + step / 2:
+        x = px(k * step)
+        out.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#eee"/><text x="%.1f" '
+                   'y="%d" text-anchor="middle">%s</text>' % (
+                       x, x, top, top + ph, x, top + ph + 14, _tick_label(k * step, step)))
+        k += 1
+    out.append('<text x="%d" y="%d" text-anchor="middle">%s</text>'
+               % (left + pw // 2, top + ph + 30, _esc(xlabel)))
+    for i, label in enumerate(labels):
+        y = top + i * bar_h
+        tip = [label] + ["%s %s" % (name, fmt_ns(float(v[i]))) for (name, _, _), v in
+                         zip(series, vals)]
+        g = ['<g><title>%s</title><text x="%d" y="%d" text-anchor="end">%s</text>'
+             % (_esc("\n".join(tip)), left - 6, y + 13, _esc(shown[i]))]
+        base = 0.0
+        for (_, _, color), v in zip(series, vals):
+            if v[i] > 0:
+                g.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>'
+                         % (px(base), y + 2, px(base + v[i]) - px(base), bar_h - 4, color))
+            base += v[i]
+        g.append("</g>")
+        out.append("".join(g))
+    out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#888"/>'
+               % (left, left, top, top + ph))
+    if len(series) > 1:
+        x, y = left, top + ph + 48
+        for name, _, color in series:
+            out.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" '
+                       'y="%d">%s</text>' % (x, y - 9, color, x + 14, y, _esc(name)))
+            x += 24 + int(6.5 * len(name))
     out.append("</svg>")
     return "".join(out)

@@ -2,14 +2,13 @@
 Jupyter shows for a Measurement (`_repr_html_`; a Trace shows its own short summary, and
 html_fragment(trace) gives it this report).
 
-Sources are what xsp.analysis takes: a Trace, a Measurement or a span table.  Plots are drawn
-with matplotlib's object API (Figure + the Agg canvas, never pyplot), so making a report does
-not change the backend of a notebook; they are embedded as base64 PNG, so the HTML file stands
-alone.  Without matplotlib the reports say so and keep their tables.
+Sources are what xsp.analysis takes: a Trace, a Measurement or a span table.  The plots are
+inline SVG drawn by xsp.report.parts (no matplotlib), so the HTML file stands alone and its
+size is bounded however big the trace: the per-iteration table and chart bin the iterations
+when there are more than ITER_ROWS and ITER_BARS, the other tables are top-N or cut at
+TABLE_ROWS rows, and the page says so each time.
 """
-import base64
 import html as _html_mod
-import io
 
 import numpy as np
 
@@ -593,63 +592,8 @@ _CSS = """
 .xsp-report table.xsp td,.xsp-report table.xsp th{border:1px solid #ccc;padding:2px 6px;
 text-align:right}
 .xsp-report table.xsp td:first-child,.xsp-report table.xsp th:first-child{text-align:left}
-.xsp-report img{max-width:100%}
+.xsp-report figure svg{max-width:100%;height:auto}
 """
-
-
-def _png(fig):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _unit(max_ns):
-    """(divisor, unit) for an axis of durations up to max_ns."""
-    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if max_ns >= div:
-            return div, unit
-    return 1.0, "ns"
-
-
-def _barh(labels, values, title, xlabel, stacked=None):
-    """A horizontal bar chart (base64 PNG) of durations in ns (values, or the stacked
-    [(name, values, color)]); xlabel's {unit} becomes the unit the axis is drawn in."""
-    from matplotlib.figure import Figure
-    n = len(labels)
-    if stacked is None:
-        top = float(np.nanmax(np.asarray(values, dtype=float))) if n else 0.0
-    else:
-        top = float(np.nansum([np.asarray(v, dtype=float) for _, v, _ in stacked], axis=0).max())\
-            if n else 0.0
-    div, unit = _unit(top if np.isfinite(top) else 0.0)
-    xlabel = xlabel.format(unit=unit)
-    if stacked is None:
-        values = np.asarray(values, dtype=float) / div
-    else:
-        stacked = [(name, np.asarray(v, dtype=float) / div, c) for name, v, c in stacked]
-    fig = Figure(figsize=(7, 0.3 * n + 1.2))
-    ax = fig.add_subplot()
-    y = np.arange(n)[::-1]
-    if stacked is None:
-        ax.barh(y, values, color="#4c72b0")
-    else:
-        left = np.zeros(n)
-        for name, vals, color in stacked:
-            ax.barh(y, vals, left=left, label=name, color=color)
-            left = left + np.nan_to_num(np.asarray(vals, dtype=float))
-        ax.legend(loc="lower right")
-    ax.set_yticks(y)
-    ax.set_yticklabels([printable(str(s))[:48] for s in labels])
-    ax.set_title(printable(title))
-    ax.set_xlabel(xlabel)
-    return _png(fig)
-
-
-def _int_ticks(ax):
-    from matplotlib.ticker import MaxNLocator
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 ITER_ROWS = 30      # rows of the HTML iterations table: more iterations are binned into as many
@@ -710,9 +654,10 @@ def _binned_phases(cols, max_rows):
 
 
 def _iterations_svg(s):
-    """The per-iteration chart binned into ITER_BARS bars, as SVG (matplotlib would draw a
-    bar per iteration and phase): each bar the mean per phase (steps) or the mean latency of
-    a run of consecutive iterations, its whisker the min-max latency; (svg, caption)."""
+    """The per-iteration chart as SVG: a bar per iteration, stacked by phase for steps; with
+    more than ITER_BARS iterations, a bar per run of consecutive iterations (iteration_bins),
+    the mean of each phase (or of the latency) over the run, its whisker the min-max latency.
+    (svg, caption: what the binning did, or None)."""
     cols = s.phase_cols
     lat = cols["step_ns"] if s.iteration_kind == "step" else \
         s.iters["latency_ns"].to_numpy(np.int64)
@@ -723,81 +668,52 @@ def _iterations_svg(s):
                    color) for name, color in PHASES if cols[name + "_ns"].any()]
         title, what = "Step latency per iteration, by phase", "the mean of each phase"
     else:
-        series = [("mean latency", mean, "#4c72b0")]
+        series = [("latency", mean, "#4c72b0")]
         title, what = "Latency per iteration", "the mean latency"
+    if len(first) == len(lat):          # a bar per iteration: nothing binned
+        return _html.iterations_svg(first, last, series, title=title), None
     caption = "%s: each bar %s over its bin, the whisker its fastest and slowest iteration" % (
         bins_words(first, last), what)
     return _html.iterations_svg(first, last, series, lo, hi, title=title), caption
 
 
 def _plots(s):
-    """[(alt text, kind, payload)] for the summary's figures: kind "png" with a base64 PNG,
-    or "svg" with (the SVG, its caption); None without matplotlib."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return None
+    """[(alt text, SVG, caption or None)] for the summary's figures, drawn as inline SVG
+    (xsp.report.parts): the latency per iteration (binned when there are more than ITER_BARS
+    iterations), then bars of the top-N tables."""
     plots = []
-    if len(s.iters) > ITER_BARS:
-        plots.append(("Latency per iteration", "svg", _iterations_svg(s)))
-    elif len(s.iters) > 1:
-        from matplotlib.figure import Figure
-        fig = Figure(figsize=(7, 2.8))
-        ax = fig.add_subplot()
-        it = s.iters["iteration"].to_numpy()
-        if s.iteration_kind == "step":
-            bottom = np.zeros(len(it))
-            for name, color in (("forward", "#4c72b0"), ("toplevel_layers", "#8172b2"),
-                                ("backward", "#dd8452"), ("optimizer", "#55a868"),
-                                ("other", "#bbbbbb")):
-                v = np.clip(s.phases[name + "_ns"].to_numpy(float), 0, None) / 1e6
-                if not v.any():
-                    continue
-                ax.bar(it, v, bottom=bottom, color=color,
-                       label={"toplevel_layers": "loss, top-level layers"}.get(name, name))
-                bottom += v
-            ax.legend(loc="upper right", fontsize=7)
-            ax.set_title("Step latency per iteration, by phase")
-        else:
-            ax.plot(it, s.iters["latency_ns"] / 1e6, marker="o")
-            ax.set_title("Latency per iteration")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("latency (ms)")
-        _int_ticks(ax)
-        plots.append(("Latency per iteration", "png", _png(fig)))
+    if len(s.iters) > 1:
+        plots.append(("Latency per iteration",) + _iterations_svg(s))
+    blue, orange = "#4c72b0", "#dd8452"
+
+    def bars(title, labels, series, xlabel="time"):
+        plots.append((title, _html.barh_svg(labels, series, title=title, xlabel=xlabel), None))
+
     if len(s.ranking):
-        plots.append(("Top layers: forward and backward time", "png", _barh(
-            s.ranking["name"], None, "Top layers: forward and backward time (all calls)",
-            "time ({unit})", stacked=[
-                ("forward", s.ranking["total_ns"].to_numpy(float), "#4c72b0"),
-                ("backward", s.ranking["backward_ns"].to_numpy(float), "#dd8452")])))
+        bars("Top layers: forward and backward time (all calls)", s.ranking["name"],
+             [("forward", s.ranking["total_ns"], blue),
+              ("backward", s.ranking["backward_ns"], orange)])
     types = s.types.head(TABLE_ROWS)      # as the table: the rest are counted under it
     if len(types):
-        plots.append(("Layer types: forward and backward time", "png", _barh(
-            types["type"], None, "Layer types: forward and backward time", "time ({unit})",
-            stacked=[("forward", types["total_ns"].to_numpy(float), "#4c72b0"),
-                     ("backward", types["backward_ns"].to_numpy(float), "#dd8452")])))
+        bars("Layer types: forward and backward time", types["type"],
+             [("forward", types["total_ns"], blue), ("backward", types["backward_ns"], orange)])
     if len(s.ops):
-        plots.append(("Top ops by self time", "png", _barh(
-            s.ops["name"], s.ops["self_ns"], "Top ops by self time", "self time ({unit})")))
+        bars("Top ops by self time", s.ops["name"], [("self", s.ops["self_ns"], blue)],
+             "self time")
     if s.has_gpu and len(s.kernels):
-        plots.append(("Top kernels by GPU time", "png", _barh(
-            s.kernels["name"], s.kernels["total_ns"], "Top kernels by GPU time",
-            "total GPU time ({unit})")))
+        bars("Top kernels by GPU time", s.kernels["name"],
+             [("GPU", s.kernels["total_ns"], blue)], "total GPU time")
     if s.has_gpu:
         g = s.gvc[s.gvc["layer"] != "(model)"]
         g = g.sort_values("latency_ns", ascending=False).head(s.top)
         if len(g):
-            plots.append(("GPU vs CPU time per layer", "png", _barh(
-                g["layer"], None, "GPU vs CPU time per layer", "time ({unit})",
-                stacked=[("GPU", g["gpu_ns"].to_numpy(float), "#55a868"),
-                         ("CPU", np.clip(g["cpu_ns"].to_numpy(float), 0, None),
-                          "#c44e52")])))
+            bars("GPU vs CPU time per layer", g["layer"],
+                 [("GPU", g["gpu_ns"], "#55a868"), ("CPU", g["cpu_ns"], "#c44e52")])
     if s.overhead is not None and len(s.overhead):
         ov = s.overhead
-        plots.append(("Latency of each level in each run", "png", _barh(
-            ["%s in run %s" % (a, b) for a, b in zip(ov["level"], ov["run"])],
-            ov["latency_ns"], "Latency of each level in each run", "latency ({unit})")))
+        bars("Latency of each level in each run",
+             ["%s in run %s" % (a, b) for a, b in zip(ov["level"], ov["run"])],
+             [("latency", ov["latency_ns"], blue)], "latency")
     return plots
 
 
@@ -1025,24 +941,17 @@ def html_fragment(source, top=10, include_compile=False):
         root = win[3] if win is not None else None
         parts.append("<h3>Tree%s</h3>" % (" of that iteration" if root is not None else ""))
         parts.append(_html.tree_html(trace, root=root))
-    plots = _plots(s)
     parts.append("<h3>Plots</h3>")
-    if plots is None:
-        parts.append("<p>Plots need matplotlib (pip install matplotlib).</p>")
-    for alt, kind, payload in plots or ():
-        if kind == "svg":
-            parts.append('<figure>%s<figcaption>%s</figcaption></figure>'
-                         % (payload[0], esc(payload[1])))
-        else:
-            parts.append('<figure><img alt="%s" src="data:image/png;base64,%s"/></figure>'
-                         % (esc(alt), payload))
+    for alt, svg, caption in _plots(s):
+        parts.append('<figure>%s%s</figure>' % (svg, "<figcaption>%s</figcaption>"
+                                                % esc(caption) if caption else ""))
     parts.append("</div>")
     return printable("\n".join(parts))
 
 
 def html(source, path=None, top=10, include_compile=False):
     """The report as one self-contained HTML document (tables, an SVG timeline of one
-    iteration, the collapsible tree and embedded PNG plots), include_compile as in text().
+    iteration, the collapsible tree and SVG plots), include_compile as in text().
     Written to path (atomically) when given; returns the document as a str."""
     return document(html_fragment(source, top=top, include_compile=include_compile), path)
 

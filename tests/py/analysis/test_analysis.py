@@ -334,11 +334,12 @@ def test_text_and_html_reports_on_the_gpu_trace():
     m = p.cells.index("(model)")
     assert p.cells[m:m + 8] == ["(model)", "-", "2", "1.000 us", "520 ns", "480 ns", "52.0%",
                                 "48.0%"]
-    # latency per iteration by phase, top layers, layer types, top ops, top kernels, GPU vs CPU
-    import importlib.util
-    assert p.imgs == (6 if importlib.util.find_spec("matplotlib") else 0)
+    # latency per iteration by phase, top layers, layer types, top ops, top kernels, GPU vs CPU:
+    # inline SVG (no PNG), after the timeline
+    assert p.imgs == 0
     doc = xsp.report.html(tr, top=2)
-    assert doc.count("<svg xmlns") == 1 and doc.count("<details") >= 1
+    assert doc.count("<svg xmlns") == 1 + 6 and doc.count("<details") >= 1
+    assert doc.count('class="xsp-iters"') == 1 and doc.count('class="xsp-bars"') == 5
     assert xsp.report.html_fragment(tr).startswith('<div class="xsp-report">')
     # CPU trace: no kernel section, says so
     assert "Kernels, GPU vs CPU: level G was not recorded" in xsp.report.text(cpu_trace())

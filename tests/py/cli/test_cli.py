@@ -8,8 +8,6 @@ import sys
 import textwrap
 from html.parser import HTMLParser
 
-import importlib.util
-
 import pytest
 
 import xsp
@@ -18,7 +16,6 @@ from xsp import cli
 # the `slow` tier (pytest -m "not slow" leaves it out): every test runs `xsp` in child processes
 pytestmark = pytest.mark.slow
 
-HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 SCRIPT = textwrap.dedent("""
@@ -88,10 +85,9 @@ def test_run_html_report(ran):
     p.feed((d / "a.html").read_text())
     assert p.tags[0] == "html" and "table" in p.tags
     assert "xsp report: train.py" in p.text and "Top 3 layers" in p.text
-    # latency per iteration, top layers, layer types, top ops (none without matplotlib: it
-    # says so)
-    assert len(p.imgs) == (4 if HAVE_MPL else 0)
-    assert all(i["src"].startswith("data:image/png;base64,iVBOR") for i in p.imgs)
+    # latency per iteration, top layers, layer types, top ops: inline SVG, no PNG
+    html = (d / "a.html").read_text()
+    assert p.imgs == [] and html.count("<figure><svg") == 4
 
 
 def test_summary_export_report_compare(ran, tmp_path, capsys):

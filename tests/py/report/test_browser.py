@@ -95,8 +95,8 @@ def test_png_decoder_agrees_with_matplotlib(tmp_path):
 @needs_chromium
 def test_the_report_of_a_real_training_loop_renders_in_chromium(tmp_path):
     """xsp.report.html on a recorded training loop (what `xsp report` writes), in the browser:
-    every section there, the timeline and tree parsed, integer iteration ticks (matplotlib's
-    PNGs), no console message, nothing loaded from outside."""
+    every section there, the timeline, tree and plots (inline SVG) parsed, no console
+    message, nothing loaded from outside."""
     import torch
     from torch import nn
 
@@ -116,7 +116,8 @@ def test_the_report_of_a_real_training_loop_renders_in_chromium(tmp_path):
     res = B.check(str(path), screenshot=str(tmp_path / "train.png"),
                   expect=["xsp report: train", "4 iterations: steps", "Iterations, by phase",
                           "Top 10 ops", "Timeline of iteration", "Tree of that iteration",
-                          "<svg", "<details open", "alt=\"Latency per iteration\""])
+                          "<svg", "<details open",
+                          'aria-label="Step latency per iteration, by phase"'])
     assert res.ok, res.report()
     assert res.console == [] and res.outside == []
     assert len(re.findall(r'<rect class="xsp-s ', res.dom)) == \
