@@ -4,7 +4,7 @@ A training loop of a small MLP (forward, backward, SGD step, xsp.step()) recorde
 until the trace has about N spans; then, in the same process and on the same trace, the stop
 (merge + building the xsp.Trace), xsp.analysis.ops (the op table), xsp.report.text and
 xsp.report.html (to a file; its size is printed: it must stay bounded however big the trace).
-The imports the first analysis and report need (pandas, matplotlib) are paid before the timing,
+The imports the first analysis and report need (pandas) are paid before the timing,
 on a one-iteration trace.  Each size runs in a fresh subprocess, rounds times; the figures are medians over the rounds and
 each step's ratio to the stop of its own round.  Targets (issue 28): ops <= 10x stop, text <=
 20x stop, html <= 5 us per span.
@@ -41,7 +41,7 @@ def child(n_spans):
         step()
         xsp.step()
     per_iter = max(len(probe.trace) - 2, 1)
-    # the first analysis and report import pandas and matplotlib: paid here, not timed below
+    # the first analysis and report import pandas: paid here, not timed below
     xsp.analysis.ops(probe.trace)
     xsp.report.text(probe.trace)
     xsp.report.html(probe.trace)
