@@ -184,17 +184,30 @@ class _Source:
                                             include_self=not strict)
         return self._nearest[memo]
 
+    # past this many levels of nesting a walk is pointer jumping: a level at a time costs a
+    # numpy pass per level (a 100,000-deep chain: seconds per walk, tests/py/formats/
+    # test_hostile_files.py's deep chain), pointer jumping one per doubling of the depth
+    WALK_LEVELS_MAX = 256
+
     def walk(self, mask, include_self=True):
         """nearest_ancestor(self.parent, mask, include_self), computed a level of depth at a
         time (a source's parents come before their children, checked at __init__: each level
         reads the one above it, finished), which is cheaper than pointer jumping when many
-        walks share the levels (computed once)."""
+        walks share the levels (computed once); by pointer jumping for a nesting deeper than
+        WALK_LEVELS_MAX."""
         if self._levels is None:
             depth = ancestor_count(self.parent)
-            order = np.argsort(depth, kind="stable")
-            bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2)
-                                     if self.n else np.zeros(1, dtype=np.int64))
-            self._levels = [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+            top = int(depth.max()) if self.n else 0
+            if top + 1 > self.WALK_LEVELS_MAX:
+                self._levels = False
+            else:
+                order = np.argsort(depth, kind="stable")
+                bounds = np.searchsorted(depth[order], np.arange(top + 2)
+                                         if self.n else np.zeros(1, dtype=np.int64))
+                self._levels = [order[bounds[d]:bounds[d + 1]]
+                                for d in range(len(bounds) - 1)]
+        if self._levels is False:
+            return nearest_ancestor(self.parent, np.asarray(mask, dtype=bool), include_self)
         m = np.asarray(mask, dtype=bool)
         ptr = np.full(self.n, -1, dtype=np.int64)
         for lv in self._levels:

@@ -551,7 +551,9 @@ class Trace:
         where a span lacks an attribute.  Raises KeyError for a name that is not a column."""
         n = len(self)
         if name in ("level", "kind", "name", "module") and not n:
-            return [] if name != "module" else np.full(0, None, dtype=object)
+            # as to_pandas has always typed them in an empty table: float64 (pandas' dtype of
+            # an empty list), the module column object
+            return np.zeros(0) if name != "module" else np.full(0, None, dtype=object)
         if name == "id":
             return np.arange(n, dtype=np.int64)
         if name == "parent":
