@@ -1,6 +1,9 @@
 """Pieces of the HTML report that are drawn from a Trace: a timeline of one window as inline
 SVG, the span tree as nested <details>, and DataFrames as tables with units in the cells; and
-a roofline plot as inline SVG, drawn from the points and roofs it is given.
+a roofline plot, a memory timeline and the report's bar charts (iterations_svg: bars over runs
+of consecutive iterations; barh_svg: a top-N table's durations) as inline SVG, drawn from the
+values they are given; a chart's size is a fixed number of elements per bar, so the caller
+bounds it by the bars it asks for.
 
 Each function is pure: a Trace (and a window, or a DataFrame) in, a str of HTML out.  The
 pieces need no JavaScript and no network: the SVG carries its own <style>, the tree opens and

@@ -20,20 +20,33 @@ def lat_of(k):                  # step k's latency and forward time, determinist
     return 400 + (k % 7) * 50, 100 + (k % 5) * 10
 
 
-def many_steps(n, types=1):
-    """n steps of a model with `types` layer types (one layer each) and an optimizer step."""
-    spans = [S("prof", "region", 0, n * 1000)]
+def many_steps(n, types=1, gpu=False):
+    """n steps of a model with `types` layer types (one layer each) and an optimizer step; with
+    gpu, layer j lasts 1+j ns and launches a kernel (track 1), and steps last what they need."""
+    period = 1000 if not gpu else 400 + types * (types + 3)
+    spans = [S("prof", "region", 0, n * period)]
     for k in range(n):
-        t = k * 1000
+        t = k * period
         lat, fwd = lat_of(k)
+        if gpu:
+            fwd = types * (types + 3) // 2 + 2
+            lat = fwd + 100
         sid = len(spans)
         spans.append(S("step#%d" % (k + 1), "step", t, t + lat, 0))
         mid = len(spans)
         spans.append(S("Net", "model", t + 10, t + 10 + fwd, sid, type="Net"))
+        pos = t + 11
         for j in range(types):
-            spans.append(S("l%d" % j, "module", t + 11 + j, t + 12 + j, mid, type="T%d" % j))
-        spans.append(S("Optimizer.step#SGD.step", "scope", t + 200, t + 260, sid))
-    return xsp.Trace.from_spans(spans, meta={"levels": "ML", "region": "prof"})
+            end = pos + (1 + j if gpu else 1)
+            spans.append(S("l%d" % j, "module", pos, end, mid, type="T%d" % j))
+            if gpu:
+                spans.append(S("k%d" % j, "kernel", pos, end, len(spans) - 1, 1))
+            pos = end + (1 if gpu else 0)
+        opt = t + 200 if not gpu else t + 20 + fwd
+        spans.append(S("Optimizer.step#SGD.step", "scope", opt, opt + 60, sid))
+    return xsp.Trace.from_spans(
+        spans, meta={"levels": "MLG" if gpu else "ML", "region": "prof"},
+        threads=[(1, "main", 0)] + ([(7, "stream 7", 1)] if gpu else []))
 
 
 def test_iteration_bins_are_consecutive_runs_of_near_equal_size():
@@ -131,3 +144,16 @@ def test_layer_types_table_is_cut_and_says_so():
     assert table.count("<tr>") == R.TABLE_ROWS
     assert "7 more layer types not shown (the %d with the most forward time are): " \
         "xsp.analysis.layer_types(trace)" % R.TABLE_ROWS in table
+
+
+def test_gpu_vs_cpu_table_is_cut_and_says_so():
+    tr = many_steps(2, types=R.TABLE_ROWS + 5, gpu=True)
+    doc = xsp.report.html(tr)
+    table = doc[doc.index("<h3>GPU vs CPU per layer</h3>"):doc.index("<h3>Timeline")]
+    names = re.findall(r"<tr>\s*<td>(.*?)</td>", table)
+    # the 49 layers with the most latency (l6..l54), in order of first call, then the model's
+    # row
+    assert len(names) == R.TABLE_ROWS and names[-1] == "(model)"
+    assert names[:-1] == ["l%d" % j for j in range(6, R.TABLE_ROWS + 5)]
+    assert "6 more layers not shown (the 49 with the most latency are, in order of first " \
+        "call): xsp.analysis.gpu_vs_cpu(trace)" in table
