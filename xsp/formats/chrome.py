@@ -18,8 +18,9 @@ import numpy as np
 
 from xsp import _core
 from xsp.core.util import atomic_write, printable
-from xsp.formats.kineto import SPAWN_FLOW, spawn_links, thread_pids
 from xsp.formats.kineto import read as kineto_read
+from xsp.formats.tracks import (SPAWN_FLOW, chrome_pid, first_start_ns, spawn_links, thread_pids,
+                                 us)
 from xsp.values.trace import KINDS, LEVELS, Trace, core_data
 
 
@@ -38,22 +39,6 @@ def _finite(obj):
 
 def _dumps(obj):
     return json.dumps(_finite(obj), allow_nan=False)
-
-
-def _us(ns):
-    return "%d.%03d" % divmod(int(ns), 1000)
-
-
-def _pid(trace):
-    """(pid, note): the trace's meta pid when it is a process id (an int from 0 to 2**31-1),
-    else 0 with a note saying why; without a meta pid (a hand-made trace), this process's."""
-    if "pid" not in trace.meta:
-        return os.getpid(), None
-    pid = trace.meta["pid"]
-    if isinstance(pid, int) and 0 <= pid < 2 ** 31:
-        return pid, None
-    return 0, ("meta pid %r is not a process id (an int from 0 to 2**31-1); events use pid 0"
-               % (pid,))
 
 
 def read(path, **options):
@@ -75,9 +60,8 @@ def write(trace, path):
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace = trace.trace
     path = os.fspath(path)
-    pid, note = _pid(trace)
-    start = trace.start_ns.view(np.uint64)
-    t0 = int(start.min()) if len(trace) else 0
+    pid, note = chrome_pid(trace)
+    t0 = first_start_ns(trace)
     pids = thread_pids(trace, pid)
     links = spawn_links(trace)
     cols = {"t0": t0, "track_pid": _int64(pids, "a track's pid"),
@@ -126,10 +110,9 @@ def _reference_write(trace, path):
     the C writer (tests/py/formats/test_json_writers.py)."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace = trace.trace
-    pid, note = _pid(trace)
+    pid, note = chrome_pid(trace)
     # times as the uint64 they are in the trace: exact past 2**63 too, in Python ints
-    start = trace.start_ns.view(np.uint64)
-    t0 = int(start.min()) if len(trace) else 0
+    t0 = first_start_ns(trace)
     parents = trace.parent_ids
     atomic_write(path, lambda f: _write(trace, f, pid, note, t0, parents))
 
@@ -180,11 +163,11 @@ def _write(trace, f, pid, note, t0, parents):
         f.write(',\n{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'
                 '"args":%s}' % (names[name[i]], cats[level[i] * len(KINDS) + kind[i]],
                                 tpids[thread[i]],
-                                tids[thread[i]], _us(start[i] - t0),
-                                _us(end[i] - start[i]), _dumps(args)))
+                                tids[thread[i]], us(start[i] - t0),
+                                us(end[i] - start[i]), _dumps(args)))
     # an intra-op pool thread's span, from the op that spawned it on another thread: a flow
     for n, (i, j) in enumerate(spawn_links(trace), 1):
-        ts = _us(start[i] - t0)
+        ts = us(start[i] - t0)
         for ph, k, bp in (("s", j, ""), ("f", i, ',"bp":"e"')):
             f.write(',\n{"ph":"%s","id":%d,"ts":%s,"cat":"%s","name":"%s","pid":%d,"tid":%d%s}'
                     % (ph, n, ts, SPAWN_FLOW, SPAWN_FLOW, tpids[thread[k]], tids[thread[k]],

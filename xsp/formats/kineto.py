@@ -43,31 +43,15 @@ import numpy as np
 from xsp import _core
 from xsp.core import iterations
 from xsp.core.util import atomic_write, printable
+from xsp.formats.tracks import SPAWN_FLOW, kineto_pid, spawn_links, thread_pids, tracks, us
 from xsp.values.trace import Trace, core_data
 
 KINDS = _core.KINDS
 LEVELS = _core.LEVELS
 K = {k: i for i, k in enumerate(KINDS)}
 ARG = "k."                          # attribute prefix of the args a read event carried
-# the name the core gives a track of PyTorch's intra-op pool (csrc/core/spawn.h): its spans
-# hang under the op that spawned them on another thread, written as a flow of this category
-INTRAOP_THREAD = "intra-op thread "
-SPAWN_FLOW = "xsp_intraop"
 
 
-def spawn_links(trace):
-    """[(span id, spawner id)] of the spans of intra-op pool threads whose parent (the op that
-    spawned the parallel region) is on another thread, in id order."""
-    names = [isinstance(n, str) and n.startswith(INTRAOP_THREAD) for _, n, _ in trace.threads]
-    if not any(names):
-        return []
-    th = trace.thread_index
-    par = trace.parent_ids
-    pool = np.array(names, dtype=bool)[th]
-    ok = pool & (par >= 0)
-    ids = np.nonzero(ok)[0]
-    ids = ids[th[par[ids]] != th[ids]]
-    return list(zip(ids.tolist(), par[ids].tolist()))
 CATEGORY = {"op": "cpu_op", "backward": "cpu_op", "scope": "user_annotation",
             "step": "user_annotation", "model": "python_function",
             "module": "python_function", "python": "python_function",
@@ -78,14 +62,6 @@ GPU_WORK = ("kernel", "memcpy", "memset")
 
 
 # -- writing --------------------------------------------------------------------------------
-def _us(ns):
-    """Integer ns as Kineto's microseconds with three decimals (exact)."""
-    ns = int(ns)
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(ns), 1000)
-    return "%s%d.%03d" % (sign, q, r)
-
-
 def _clean(v):
     if isinstance(v, float) and not math.isfinite(v):
         return repr(v)
@@ -112,23 +88,6 @@ def _dumps(v):
         return json.dumps(v, ensure_ascii=False, allow_nan=False)
     except ValueError:
         return json.dumps(_clean(v), ensure_ascii=False, allow_nan=False)
-
-
-def thread_pids(trace, pid):
-    """Per track of trace, the process id to write it under: pid, except in a merged job
-    (meta ranks) where a track named "rank R: ..." belongs to rank R's process (meta
-    rank<R>.pid; R itself when that is missing, so that ranks stay apart)."""
-    out = []
-    merged = "ranks" in trace.meta
-    for tid, name, kind in trace.threads:
-        p = pid
-        if merged and isinstance(name, str) and name.startswith("rank "):
-            head = name[5:].split(":", 1)[0]
-            if head.isascii() and head.isdigit():       # int() takes other digits too
-                v = trace.meta.get("rank%s.pid" % head)
-                p = v if isinstance(v, int) and v >= 0 else int(head)
-        out.append(p)
-    return out
 
 
 def _module_names(trace, kinds, attrs):
@@ -304,35 +263,6 @@ class _Attrs:
         return self._t.attrs_of(i)
 
 
-def _base_pid(trace, base_ns):
-    """(base_ns, pid) as the reference writer takes them from the meta."""
-    meta = trace.meta
-    if base_ns is None:
-        base_ns = meta.get("kineto.baseTimeNanoseconds", 0)
-        base_ns = base_ns if isinstance(base_ns, int) else 0      # a hand-made meta: 0
-    pid = meta.get("pid")
-    if not (isinstance(pid, int) and 0 <= pid < 2 ** 31):
-        pid = int(meta.get("kineto.pid", os.getpid())) if isinstance(
-            meta.get("kineto.pid", 0), int) else 0
-    return base_ns, pid
-
-
-def _tracks(trace, pid):
-    """(track, cpu_rank, pids): per track (pid, tid) written, the rank of each CPU tid (Fwd
-    thread id) and each track's process id (thread_pids)."""
-    cpu_rank = {}
-    track = []
-    pids = thread_pids(trace, pid)
-    for i, (tid, tname, tkind) in enumerate(trace.threads):
-        if tkind == 1:
-            track.append((tid >> 32, tid & 0xFFFFFFFF))
-        else:
-            track.append((pids[i], tid))
-            if tkind == 0:
-                cpu_rank.setdefault(tid, len(cpu_rank) + 1)
-    return track, cpu_rank, pids
-
-
 def _head(trace, base_ns, pid, track, pids):
     """The text before the span events: the top-level keys, "xsp", and the process and thread
     names (as Kineto writes them), ending after the last of those events."""
@@ -357,7 +287,7 @@ def _head(trace, base_ns, pid, track, pids):
     head += '  "traceEvents": [\n'
     ev = []
     t0 = int(trace.start_ns.view(np.uint64).min()) if len(trace) else base_ns
-    first_ts = _us(t0 - base_ns)
+    first_ts = us(t0 - base_ns)
     cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
     rank_of_pid = {}
     if "ranks" in meta:
@@ -407,14 +337,13 @@ def _columns(trace, base_ns, leveled):
     """(head, tail, cols): the text around the events and the columns of xsp_kineto_cols
     (csrc/io/kinetow.h) for trace, vectorised but for the few spans that need Python (module
     and step names).  Raises _Outside for a value past int64."""
-    base_ns, pid = _base_pid(trace, base_ns)
+    base_ns, pid = kineto_pid(trace, base_ns)
     if not -I64 <= base_ns < I64:
         raise _Outside()
     n = len(trace)
     kinds = trace.kind_codes
     threads = trace.threads
-    track, cpu_rank, pids = _tracks(trace, pid)
-    thread_idx = trace.thread_index
+    track, cpu_rank, pids = tracks(trace, pid)
     cols = {"base_ns": base_ns,
             "track_pid": _i64([p for p, _ in track]),
             "track_tid": np.array([t for _, t in track], dtype=np.uint64).reshape(-1),
@@ -627,7 +556,7 @@ def _events_text(trace, base_ns, leveled):
     out.append(head)
     ev = []
     t0 = min(start) if n else base_ns
-    first_ts = _us(t0 - base_ns)
+    first_ts = us(t0 - base_ns)
     # process and thread names, as Kineto writes them
     cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
     rank_of_pid = {}
@@ -673,7 +602,7 @@ def _events_text(trace, base_ns, leveled):
         a = attrs[i]
         name = names[name_codes[i]]
         p_, t_ = track[thread_idx[i]]
-        ts, dur = _us(start[i] - base_ns), _us(end[i] - start[i])
+        ts, dur = us(start[i] - base_ns), us(end[i] - start[i])
         args = {}
         if k == "region":
             cat = a.get(ARG + "cat", "Trace")
@@ -686,7 +615,7 @@ def _events_text(trace, base_ns, leveled):
             how, j, s0, e0 = steps[i]
             if how == "step":
                 name = a.get(ARG + "name") or "ProfilerStep#%d" % j
-                ts, dur = _us(s0 - base_ns), _us(e0 - s0)
+                ts, dur = us(s0 - base_ns), us(e0 - s0)
                 args["xsp.iteration"] = j
             else:
                 name = "xsp: " + how
@@ -779,13 +708,13 @@ def _events_text(trace, base_ns, leveled):
                 _dumps(cat), _dumps(name), _dumps(p_), _dumps(t_))
         lines.append('%s"ts": %s, "dur": %s, "args": %s}' % (h, ts, dur, _dumps(args)))
         if i in mem_at and k != "region":      # profile_memory: as torch writes it
-            lines.extend(_memory_events(a, p_, t_, _us(mem_at[i] - base_ns)))
+            lines.extend(_memory_events(a, p_, t_, us(mem_at[i] - base_ns)))
         # flows
         if k in GPU_WORK and "correlation" in a and _span_ref(a, "api", n) is not None:
             j = a["api"]
             pj, tj = track[thread_idx[j]]
             flows.append(({"ph": "s", "id": a["correlation"], "pid": pj, "tid": tj,
-                           "cat": "ac2g", "name": "ac2g"}, _us(start[j] - base_ns)))
+                           "cat": "ac2g", "name": "ac2g"}, us(start[j] - base_ns)))
             flows.append(({"ph": "f", "id": a["correlation"], "pid": p_, "tid": t_,
                            "cat": "ac2g", "name": "ac2g", "bp": "e"}, ts))
         if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
@@ -793,14 +722,14 @@ def _events_text(trace, base_ns, leveled):
             flow_id += 1
             pj, tj = track[thread_idx[j]]
             flows.append(({"ph": "s", "id": flow_id, "pid": pj, "tid": tj,
-                           "cat": "fwdbwd", "name": "fwdbwd"}, _us(start[j] - base_ns)))
+                           "cat": "fwdbwd", "name": "fwdbwd"}, us(start[j] - base_ns)))
             flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_,
                            "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"}, ts))
     for i, j in spawn_links(trace):     # an intra-op thread's span from its spawning op
         flow_id += 1
         pj, tj = track[thread_idx[j]]
         p_, t_ = track[thread_idx[i]]
-        ts = _us(start[i] - base_ns)
+        ts = us(start[i] - base_ns)
         flows.append(({"ph": "s", "id": flow_id, "pid": pj, "tid": tj, "cat": SPAWN_FLOW,
                        "name": SPAWN_FLOW}, ts))
         flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_, "cat": SPAWN_FLOW,

@@ -44,7 +44,7 @@ def _check_export(trace, path):
     xs = [e for e in events if e["ph"] == "X"]
     # flows: an intra-op pool thread's spans from the op that spawned them (one s, one f each)
     flows = [e for e in events if e["ph"] in ("s", "f")]
-    links = xsp.formats.kineto.spawn_links(trace)
+    links = xsp.formats.tracks.spawn_links(trace)
     assert len(meta) + len(xs) + len(flows) == len(events) and len(flows) == 2 * len(links)
     assert sorted((e["ph"], e["id"], e["tid"]) for e in flows) == sorted(
         [("s", n, trace.threads[trace.thread_index[j]][0]) for n, (_, j) in

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import xsp
-from xsp.formats import chrome, kineto
+from xsp.formats import chrome, kineto, tracks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPU_TRACE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "c", "bin", "gpu_steps.xsp")
@@ -150,7 +150,7 @@ def test_intra_op_threads(tmp_path):
               "thread": 1}]
     tr = xsp.Trace.from_spans(spans, threads=[(1, "main", 0), (2, "intra-op thread 1", 0)],
                               meta={"levels": "ML"})
-    assert kineto.spawn_links(tr) == [(1, 0)]
+    assert tracks.spawn_links(tr) == [(1, 0)]
     check_same(tr, tmp_path)
 
 
