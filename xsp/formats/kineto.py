@@ -43,7 +43,7 @@ import numpy as np
 from xsp import _core
 from xsp.core import iterations
 from xsp.core.util import atomic_write, printable
-from xsp.formats.tracks import SPAWN_FLOW, kineto_pid, spawn_links, thread_pids, tracks, us
+from xsp.formats.tracks import SPAWN_FLOW, kineto_pid, spawn_links, tracks, us
 from xsp.values.trace import Trace, core_data
 
 KINDS = _core.KINDS
@@ -483,38 +483,51 @@ def _reference_write(trace, path, *, base_ns=None, leveled=None):
 
 
 def _events_text(trace, base_ns, leveled):
-    meta = trace.meta
-    if base_ns is None:
-        base_ns = meta.get("kineto.baseTimeNanoseconds", 0)
-        base_ns = base_ns if isinstance(base_ns, int) else 0      # a hand-made meta: 0
-    pid = meta.get("pid")
-    if not (isinstance(pid, int) and 0 <= pid < 2 ** 31):
-        pid = int(meta.get("kineto.pid", os.getpid())) if isinstance(
-            meta.get("kineto.pid", 0), int) else 0
-    n = len(trace)
-    kinds = trace.kind_codes
-    levels = trace.level_codes
-    start = trace.start_ns.view(np.uint64).tolist()
-    end = trace.end_ns.view(np.uint64).tolist()
-    names = trace.strings
-    name_codes = trace.name_codes.tolist()
-    thread_idx = trace.thread_index.tolist()
-    threads = trace.threads
-    attrs = [trace.attrs_of(i) for i in range(n)]
-    kind_of = [KINDS[k] for k in kinds.tolist()]
-    mod_names, mod_ids = _module_names(trace, kinds, attrs)
-    # CPU threads by OS id; GPU tracks (tid = device << 32 | stream) on the device's process
-    cpu_rank = {}
-    track = []
-    pids = thread_pids(trace, pid)
-    for i, (tid, tname, tkind) in enumerate(threads):
-        if tkind == 1:
-            track.append((tid >> 32, tid & 0xFFFFFFFF))
-        else:
-            track.append((pids[i], tid))
-            if tkind == 0:
-                cpu_rank.setdefault(tid, len(cpu_rank) + 1)
-    # External ids: one per CPU event, in trace order (the read ones kept)
+    """The reference writer's text, in pieces: the header, then every event (process and
+    thread names, one per span with its [memory] instants, then the flows) and the tail."""
+    base_ns, pid = kineto_pid(trace, base_ns)
+    track, cpu_rank, pids = tracks(trace, pid)
+    sp = _RefSpans(trace)
+    gpus = sorted(set(d for (d, _), (_, _, k) in zip(track, trace.threads) if k == 1))
+    t0 = min(sp.start) if sp.n else base_ns
+    first_ts = us(t0 - base_ns)
+    lines = [_line(e, first_ts) for e in _ref_names(trace, track, pids, pid, gpus)]
+    lines.extend(_ref_span_lines(trace, sp, base_ns, track, cpu_rank, leveled))
+    lines.extend(_line(f, t) for f, t in _ref_flows(trace, sp, base_ns, track))
+    return [_ref_head(trace, base_ns, track, gpus), ",\n".join(lines),
+            '\n  ],\n  "traceName": %s\n}\n' % _dumps(
+                trace.meta.get("kineto.traceName", trace.meta.get("region", "xsp")))]
+
+
+class _RefSpans:
+    """The span columns the reference writer reads, as Python lists, and the derived ones:
+    External ids, the enclosing CPU event and module of each span, module names."""
+
+    def __init__(self, trace):
+        self.n = n = len(trace)
+        kinds = trace.kind_codes
+        self.levels = trace.level_codes
+        self.start = trace.start_ns.view(np.uint64).tolist()
+        self.end = trace.end_ns.view(np.uint64).tolist()
+        self.name_codes = trace.name_codes.tolist()
+        self.thread_idx = trace.thread_index.tolist()
+        self.attrs = [trace.attrs_of(i) for i in range(n)]
+        self.kind_of = [KINDS[k] for k in kinds.tolist()]
+        self.mod_names, self.mod_ids = _module_names(trace, kinds, self.attrs)
+        self.ext = _external_ids(self.attrs, self.kind_of)
+        # the op a GPU span's API call ran in: its External id (Kineto's linking key); and
+        # the enclosing module or Python function (with_stack) of a module or Python function
+        # (its Python parent id)
+        cpu_kind = np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step", "model",
+                                                 "module")])
+        self.nearest_cpu = trace.nearest_ancestor(cpu_kind, include_self=False).tolist()
+        self.nearest_mod = trace.nearest_ancestor(
+            np.isin(kinds, [K["model"], K["module"], K["python"]]), include_self=False).tolist()
+
+
+def _external_ids(attrs, kind_of):
+    """One External id per CPU event, in trace order, the read ones kept (0 for the others)."""
+    n = len(attrs)
     ext = [0] * n
     next_ext = 1
     for i in range(n):
@@ -527,20 +540,16 @@ def _events_text(trace, base_ns, leveled):
                                          "python"):
             ext[i] = next_ext
             next_ext += 1
-    # the op a GPU span's API call ran in: its External id (Kineto's linking key); and the
-    # enclosing module or Python function (with_stack) of a module or Python function (its
-    # Python parent id)
-    cpu_kind = np.isin(kinds, [K[k] for k in ("op", "backward", "scope", "step", "model",
-                                             "module")])
-    nearest_cpu = trace.nearest_ancestor(cpu_kind, include_self=False).tolist()
-    nearest_mod = trace.nearest_ancestor(np.isin(kinds, [K["model"], K["module"], K["python"]]),
-                                         include_self=False).tolist()
-    out = []
+    return ext
+
+
+def _ref_head(trace, base_ns, track, gpus):
+    """The text before the events: the top-level keys as Kineto writes them, then "xsp"."""
+    meta = trace.meta
     top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
         "kineto.trace_id", uuid.uuid4().hex.upper()),
         "host_name": meta.get("kineto.host_name", meta.get("host", socket.gethostname())),
         "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns}
-    gpus = sorted(set(d for (d, _), (_, _, k) in zip(track, threads) if k == 1))
     for d in gpus:
         top["deviceProperties"].append({"id": int(d), "name": str(meta.get(
             "gpu%d.name" % d, meta.get("gpu.name", "")))})
@@ -552,12 +561,13 @@ def _events_text(trace, base_ns, leveled):
         head += '  "%s": %s,\n' % (k, _dumps(v))
     head += '  "xsp": %s,\n' % _dumps({"meta": dict(meta), "counters": dict(trace.counters),
                                        "levels": meta.get("levels", "")})
-    head += '  "traceEvents": [\n'
-    out.append(head)
+    return head + '  "traceEvents": [\n'
+
+
+def _ref_names(trace, track, pids, pid, gpus):
+    """The process and thread name, label and sort-index events, as Kineto writes them."""
+    meta, threads = trace.meta, trace.threads
     ev = []
-    t0 = min(start) if n else base_ns
-    first_ts = us(t0 - base_ns)
-    # process and thread names, as Kineto writes them
     cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
     rank_of_pid = {}
     if "ranks" in meta:
@@ -590,116 +600,30 @@ def _events_text(trace, base_ns, leveled):
                    "args": {"name": label}})
         ev.append({"ph": "M", "name": "thread_sort_index", "pid": p_,
                    "tid": t_, "args": {"sort_index": t_ if tkind != 0 else tid}})
-    lines = [_line(e, first_ts) for e in ev]
-    mem_ids = [i for i in range(n) if any(key.startswith("mem.") for key in attrs[i])]
+    return ev
+
+
+def _ref_span_lines(trace, sp, base_ns, track, cpu_rank, leveled):
+    """One event per span (its name, category, track and args by the rules of its kind, then
+    what only xsp knows) and, with profile_memory, its [memory] instants."""
+    names = trace.strings
+    mem_ids = [i for i in range(sp.n) if any(key.startswith("mem.") for key in sp.attrs[i])]
     mem_at = _self_instants(trace, mem_ids) if mem_ids else {}
-    flows = []
-    flow_id = 0
+    steps = _steps_written(trace, sp.kind_of, names, sp.name_codes, leveled)
     heads = {}              # (cat, name, pid, tid) -> the event's JSON up to "ts"
-    steps = _steps_written(trace, kind_of, names, name_codes, leveled)
-    for i in range(n):
-        k = kind_of[i]
-        a = attrs[i]
-        name = names[name_codes[i]]
-        p_, t_ = track[thread_idx[i]]
-        ts, dur = us(start[i] - base_ns), us(end[i] - start[i])
+    lines = []
+    for i in range(sp.n):
+        k, a = sp.kind_of[i], sp.attrs[i]
+        p_, t_ = track[sp.thread_idx[i]]
+        ts, dur = us(sp.start[i] - base_ns), us(sp.end[i] - sp.start[i])
         args = {}
-        if k == "region":
-            cat = a.get(ARG + "cat", "Trace")
-            p_, t_ = "Spans", "PyTorch Profiler"
-            args["Op count"] = 0
-        elif k == "step":
-            # xsp's iterations (xsp.iterations): ProfilerStep#N over each iteration's window,
-            # the setup and a leftover after the last step() as annotations of their own
-            cat = "user_annotation"
-            how, j, s0, e0 = steps[i]
-            if how == "step":
-                name = a.get(ARG + "name") or "ProfilerStep#%d" % j
-                ts, dur = us(s0 - base_ns), us(e0 - s0)
-                args["xsp.iteration"] = j
-            else:
-                name = "xsp: " + how
-                args["xsp.why"] = steps[how]
-        elif k in ("model", "module"):
-            cat = "python_function"
-            name = mod_names[i]
-            args["Python id"] = ext[i]
-            pp = nearest_mod[i]
-            args["Python parent id"] = ext[pp] if pp >= 0 else None
-            args["Python module id"] = mod_ids[i]
-        elif k == "python":             # with_stack's Python function calls
-            cat = "python_function"
-            args["Python id"] = ext[i]
-            pp = nearest_mod[i]
-            args["Python parent id"] = ext[pp] if pp >= 0 else None
-        else:
-            cat = CATEGORY.get(k, k)
-        if k in ("op", "backward", "scope", "step", "model", "module"):
-            args["External id"] = ext[i]
-            if k != "model" and k != "module":
-                args["Record function id"] = 0
-                _put_inputs(args, a)
-                args["Ev Idx"] = ext[i] - 1
-            seq = a.get("seq")
-            if isinstance(seq, int) and seq >= 0 and k in ("op", "backward"):
-                args["Sequence number"] = seq
-                if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
-                    f_thread = threads[thread_idx[a["fwd_op"]]][0]
-                    args["Fwd thread id"] = cpu_rank.get(f_thread, 0)
-                else:
-                    args["Fwd thread id"] = 0
-        elif k in ("runtime", "driver"):
-            if "cbid" in a:
-                args["cbid"] = a["cbid"]
-            if "correlation" in a:
-                args["correlation"] = a["correlation"]
-            if nearest_cpu[i] >= 0:
-                args["External id"] = ext[nearest_cpu[i]]
-        elif k in GPU_WORK or k == "sync":
-            if nearest_cpu[i] >= 0:
-                args["External id"] = ext[nearest_cpu[i]]
-            if k == "kernel":
-                args["queued"] = 0
-            for src, dst in (("device", "device"), ("stream", "stream"),
-                             ("correlation", "correlation")):
-                if src in a:
-                    args[dst] = a[src]
-            if k == "kernel":
-                if "registers" in a:
-                    args["registers per thread"] = a["registers"]
-                if "smem_static" in a or "smem_dynamic" in a:
-                    smem = [a.get(key, 0) for key in ("smem_static", "smem_dynamic")]
-                    if all(isinstance(v, int) for v in smem):   # else only as xsp.smem_*
-                        args["shared memory"] = sum(smem)
-                if "grid_x" in a:
-                    args["grid"] = [a.get("grid_x", 1), a.get("grid_y", 1), a.get("grid_z", 1)]
-                if "block_x" in a:
-                    args["block"] = [a.get("block_x", 1), a.get("block_y", 1),
-                                     a.get("block_z", 1)]
-            if k in ("memcpy", "memset") and "bytes" in a:
-                args["bytes"] = a["bytes"]
-                d_ns = end[i] - start[i]
-                if isinstance(a["bytes"], (int, float)):
-                    args["memory bandwidth (GB/s)"] = (a["bytes"] / d_ns) if d_ns else 0.0
-        # what only xsp knows
-        args["xsp.id"] = i
-        args["xsp.kind"] = k
-        args["xsp.level"] = LEVELS[levels[i]]
-        if k in ("model", "module"):
-            args["xsp.module"] = names[name_codes[i]]
-        for key, v in a.items():
-            if key.startswith(ARG):
-                raw = key[len(ARG):]
-                if key.endswith("[]"):
-                    raw = raw[:-2]
-                    v = _listed(v)
-                args[raw] = v
-            elif key not in ("seq", "fwd_op"):
-                args.setdefault("xsp." + key, v)
-        if isinstance(a.get("fwd_op"), int):
-            args["xsp.fwd_op"] = a["fwd_op"]
-        if i in leveled:
-            args["xsp.leveled_ns"] = leveled[i]
+        cat, name, where, times = _ref_rule(trace, sp, i, steps, args)
+        if where is not None:
+            p_, t_ = where
+        if times is not None:
+            ts, dur = us(times[0] - base_ns), us(times[1] - times[0])
+        _ref_kind_args(trace, sp, i, cpu_rank, args)
+        _ref_xsp_args(trace, sp, i, leveled, args)
         cat = a.get(ARG + "cat", cat) if k != "region" else cat
         head = (cat, name, p_, t_)
         h = heads.get(head)
@@ -709,36 +633,158 @@ def _events_text(trace, base_ns, leveled):
         lines.append('%s"ts": %s, "dur": %s, "args": %s}' % (h, ts, dur, _dumps(args)))
         if i in mem_at and k != "region":      # profile_memory: as torch writes it
             lines.extend(_memory_events(a, p_, t_, us(mem_at[i] - base_ns)))
-        # flows
-        if k in GPU_WORK and "correlation" in a and _span_ref(a, "api", n) is not None:
+    return lines
+
+
+def _ref_rule(trace, sp, i, steps, args):
+    """(category, name, (pid, tid) or None, (start, end) or None) of span i by its kind, and
+    the args that come with them: the region on Kineto's "Spans" track, xsp's iterations as
+    ProfilerStep#N, modules as torch's python_function events."""
+    k, a = sp.kind_of[i], sp.attrs[i]
+    name = trace.strings[sp.name_codes[i]]
+    if k == "region":
+        args["Op count"] = 0
+        return a.get(ARG + "cat", "Trace"), name, ("Spans", "PyTorch Profiler"), None
+    if k == "step":
+        # xsp's iterations (xsp.iterations): ProfilerStep#N over each iteration's window, the
+        # setup and a leftover after the last step() as annotations of their own
+        how, j, s0, e0 = steps[i]
+        if how == "step":
+            args["xsp.iteration"] = j
+            return ("user_annotation", a.get(ARG + "name") or "ProfilerStep#%d" % j, None,
+                    (s0, e0))
+        args["xsp.why"] = steps[how]
+        return "user_annotation", "xsp: " + how, None, None
+    if k in ("model", "module", "python"):      # python: with_stack's Python function calls
+        args["Python id"] = sp.ext[i]
+        pp = sp.nearest_mod[i]
+        args["Python parent id"] = sp.ext[pp] if pp >= 0 else None
+        if k == "python":
+            return "python_function", name, None, None
+        args["Python module id"] = sp.mod_ids[i]
+        return "python_function", sp.mod_names[i], None, None
+    return CATEGORY.get(k, k), name, None, None
+
+
+def _ref_kind_args(trace, sp, i, cpu_rank, args):
+    """The args torch writes for span i's kind: External ids, sequence numbers and inputs of
+    CPU events; cbid and correlation of API calls; a GPU activity's launch figures."""
+    k, a, n = sp.kind_of[i], sp.attrs[i], sp.n
+    if k in ("op", "backward", "scope", "step", "model", "module"):
+        args["External id"] = sp.ext[i]
+        if k != "model" and k != "module":
+            args["Record function id"] = 0
+            _put_inputs(args, a)
+            args["Ev Idx"] = sp.ext[i] - 1
+        seq = a.get("seq")
+        if isinstance(seq, int) and seq >= 0 and k in ("op", "backward"):
+            args["Sequence number"] = seq
+            if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
+                f_thread = trace.threads[sp.thread_idx[a["fwd_op"]]][0]
+                args["Fwd thread id"] = cpu_rank.get(f_thread, 0)
+            else:
+                args["Fwd thread id"] = 0
+    elif k in ("runtime", "driver"):
+        if "cbid" in a:
+            args["cbid"] = a["cbid"]
+        if "correlation" in a:
+            args["correlation"] = a["correlation"]
+        if sp.nearest_cpu[i] >= 0:
+            args["External id"] = sp.ext[sp.nearest_cpu[i]]
+    elif k in GPU_WORK or k == "sync":
+        _ref_gpu_args(sp, i, args)
+
+
+def _ref_gpu_args(sp, i, args):
+    """A kernel's, copy's, memset's or sync's args: its launch's External id, device, stream,
+    correlation, and a kernel's registers, shared memory, grid and block, a copy's bytes and
+    bandwidth."""
+    k, a = sp.kind_of[i], sp.attrs[i]
+    if sp.nearest_cpu[i] >= 0:
+        args["External id"] = sp.ext[sp.nearest_cpu[i]]
+    if k == "kernel":
+        args["queued"] = 0
+    for key in ("device", "stream", "correlation"):
+        if key in a:
+            args[key] = a[key]
+    if k == "kernel":
+        if "registers" in a:
+            args["registers per thread"] = a["registers"]
+        if "smem_static" in a or "smem_dynamic" in a:
+            smem = [a.get(key, 0) for key in ("smem_static", "smem_dynamic")]
+            if all(isinstance(v, int) for v in smem):   # else only as xsp.smem_*
+                args["shared memory"] = sum(smem)
+        if "grid_x" in a:
+            args["grid"] = [a.get("grid_x", 1), a.get("grid_y", 1), a.get("grid_z", 1)]
+        if "block_x" in a:
+            args["block"] = [a.get("block_x", 1), a.get("block_y", 1), a.get("block_z", 1)]
+    if k in ("memcpy", "memset") and "bytes" in a:
+        args["bytes"] = a["bytes"]
+        d_ns = sp.end[i] - sp.start[i]
+        if isinstance(a["bytes"], (int, float)):
+            args["memory bandwidth (GB/s)"] = (a["bytes"] / d_ns) if d_ns else 0.0
+
+
+def _ref_xsp_args(trace, sp, i, leveled, args):
+    """What only xsp knows: the span's id, kind, level, module name, its attributes (a read
+    event's own args back under their names), fwd_op and leveled latency."""
+    k, a = sp.kind_of[i], sp.attrs[i]
+    args["xsp.id"] = i
+    args["xsp.kind"] = k
+    args["xsp.level"] = LEVELS[sp.levels[i]]
+    if k in ("model", "module"):
+        args["xsp.module"] = trace.strings[sp.name_codes[i]]
+    for key, v in a.items():
+        if key.startswith(ARG):
+            raw = key[len(ARG):]
+            if key.endswith("[]"):
+                raw = raw[:-2]
+                v = _listed(v)
+            args[raw] = v
+        elif key not in ("seq", "fwd_op"):
+            args.setdefault("xsp." + key, v)
+    if isinstance(a.get("fwd_op"), int):
+        args["xsp.fwd_op"] = a["fwd_op"]
+    if i in leveled:
+        args["xsp.leveled_ns"] = leveled[i]
+
+
+def _ref_flows(trace, sp, base_ns, track):
+    """[(flow event, ts)]: a GPU activity from its API call (ac2g, by correlation), a backward
+    op from its forward op (fwdbwd), an intra-op thread's span from its spawning op."""
+    flows = []
+    flow_id = 0
+    for i in range(sp.n):
+        k, a = sp.kind_of[i], sp.attrs[i]
+        p_, t_ = track[sp.thread_idx[i]]
+        ts = us(sp.start[i] - base_ns)
+        if k == "step" or k == "region":
+            continue
+        if k in GPU_WORK and "correlation" in a and _span_ref(a, "api", sp.n) is not None:
             j = a["api"]
-            pj, tj = track[thread_idx[j]]
+            pj, tj = track[sp.thread_idx[j]]
             flows.append(({"ph": "s", "id": a["correlation"], "pid": pj, "tid": tj,
-                           "cat": "ac2g", "name": "ac2g"}, us(start[j] - base_ns)))
+                           "cat": "ac2g", "name": "ac2g"}, us(sp.start[j] - base_ns)))
             flows.append(({"ph": "f", "id": a["correlation"], "pid": p_, "tid": t_,
                            "cat": "ac2g", "name": "ac2g", "bp": "e"}, ts))
-        if k == "backward" and _span_ref(a, "fwd_op", n) is not None:
+        if k == "backward" and _span_ref(a, "fwd_op", sp.n) is not None:
             j = a["fwd_op"]
             flow_id += 1
-            pj, tj = track[thread_idx[j]]
+            pj, tj = track[sp.thread_idx[j]]
             flows.append(({"ph": "s", "id": flow_id, "pid": pj, "tid": tj,
-                           "cat": "fwdbwd", "name": "fwdbwd"}, us(start[j] - base_ns)))
+                           "cat": "fwdbwd", "name": "fwdbwd"}, us(sp.start[j] - base_ns)))
             flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_,
                            "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"}, ts))
     for i, j in spawn_links(trace):     # an intra-op thread's span from its spawning op
         flow_id += 1
-        pj, tj = track[thread_idx[j]]
-        p_, t_ = track[thread_idx[i]]
-        ts = us(start[i] - base_ns)
+        pj, tj = track[sp.thread_idx[j]]
+        p_, t_ = track[sp.thread_idx[i]]
+        ts = us(sp.start[i] - base_ns)
         flows.append(({"ph": "s", "id": flow_id, "pid": pj, "tid": tj, "cat": SPAWN_FLOW,
                        "name": SPAWN_FLOW}, ts))
         flows.append(({"ph": "f", "id": flow_id, "pid": p_, "tid": t_, "cat": SPAWN_FLOW,
                        "name": SPAWN_FLOW, "bp": "e"}, ts))
-    lines.extend(_line(f, t) for f, t in flows)
-    out.append(",\n".join(lines))
-    out.append('\n  ],\n  "traceName": %s\n}\n' % _dumps(meta.get("kineto.traceName",
-                                                                  meta.get("region", "xsp"))))
-    return out
+    return flows
 
 
 def _steps_written(trace, kind_of, names, name_codes, leveled):
