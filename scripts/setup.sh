@@ -34,7 +34,10 @@ fi
 VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch first (the shim is built against it), pinned: an unpinned torch pulls a CUDA build.
-"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "matplotlib>=3.5" "pytest>=8"
+"$VPY" -m pip install -q "$TORCH_PIN" "numpy>=1.22" "pandas>=1.5" "pytest>=8"
+# matplotlib: xsp draws its plots as SVG and needs none; the browser check's PNG decoder is
+# tested against matplotlib's (the `test` extra)
+"$VPY" -m pip install -q "$TORCH_PIN" "matplotlib>=3.5"
 # tqdm: the optional progress bar of xsp.measure, which tests/py/producers/test_measure.py checks
 "$VPY" -m pip install -q "tqdm==4.70.1"
 # transformers: the config classes the built-in model zoo is made of (xsp/zoo/catalog.py; the

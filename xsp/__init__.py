@@ -26,7 +26,8 @@ forwards and the aten ops, autograd backward functions and record_function scope
 G (GPU: CUDA API calls, kernels, memcpy and memset from CUPTI, each under the op that launched
 it; needs a CUDA device).
 
-`import xsp` does not import torch, pandas or matplotlib: each loads when a verb needs it.
+`import xsp` does not import torch or pandas: each loads when a verb needs it (and matplotlib
+never: the reports draw SVG).
 """
 import sys as _sys
 
