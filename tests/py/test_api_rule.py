@@ -185,3 +185,17 @@ def test_the_new_spellings_do_not_warn(tr, tmp_path):
         xsp.analysis.ops(tr)
         xsp.analysis.flops.footprint  # noqa: B018 -- the attribute, reached the new way
         xsp.analysis.memory.DEVICES  # noqa: B018
+
+
+def test_peaks_are_benchmarked_and_measure_is_the_old_spelling(monkeypatch):
+    """One meaning per verb: measure times a workload (xsp.measure, xsp.perf.measure); a
+    device's peaks are benchmark()ed.  peaks.measure warns and hands the call on, arguments
+    and all."""
+    from xsp.analysis import peaks
+    calls = []
+    monkeypatch.setattr(peaks, "benchmark", lambda device="cpu", budget_s=2.0, dtypes=None,
+                        rounds=3: calls.append((device, budget_s, dtypes, rounds)) or "peaks")
+    with _warns(r"xsp.analysis.peaks.measure\(device\) is deprecated: use "
+                r"xsp.analysis.peaks.benchmark\(device\)"):
+        assert peaks.measure("cpu", budget_s=0.5, dtypes=["float32"], rounds=2) == "peaks"
+    assert calls == [("cpu", 0.5, ["float32"], 2)]

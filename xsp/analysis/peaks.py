@@ -13,7 +13,7 @@ Where the numbers come from, first match wins:
 2. the cache: one JSON file per machine under $XDG_CACHE_HOME/xsp (else ~/.cache/xsp), keyed by
    host, CPU model, core count, torch version, torch's threads, the device and the method's
    version (refresh=True measures again);
-3. measured by micro-benchmarks (measure()): for each dtype a square matmul sized to be compute
+3. measured by micro-benchmarks (benchmark()): for each dtype a square matmul sized to be compute
    bound (doubled until one call takes a fair part of the budget), repeated to fill the
    budget, best of several rounds, on torch's own threads; for the bandwidth a copy between two
    buffers well beyond the last-level cache (read + write counted: 2 x the buffer per copy).
@@ -36,11 +36,11 @@ import time
 import warnings
 
 from xsp.core.fmt import fmt_si
-from xsp.core.util import atomic_write
+from xsp.core.util import atomic_write, deprecated
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 ENV = "XSP_PEAKS"
-METHOD_VERSION = 1      # bump when measure() changes, so that old cache files are not reused
+METHOD_VERSION = 1      # bump when benchmark() changes, so that old cache files are not reused
 MIN_BUDGET_S = 0.01
 
 # what a Peaks dict (to_dict, an override, a cache file) may hold
@@ -475,7 +475,14 @@ def _copy(torch, dev, budget_s, rounds):
 
 
 def measure(device="cpu", budget_s=2.0, dtypes=None, rounds=3):
-    """Measures device's peaks now (no cache read or written): for each dtype (default: all of
+    """Deprecated: benchmark(device, ...) (xsp.measure is the one verb that measures a
+    workload; a device's peaks are benchmarked)."""
+    deprecated("xsp.analysis.peaks.measure(device)", "xsp.analysis.peaks.benchmark(device)")
+    return benchmark(device, budget_s=budget_s, dtypes=dtypes, rounds=rounds)
+
+
+def benchmark(device="cpu", budget_s=2.0, dtypes=None, rounds=3):
+    """Benchmarks device's peaks now (no cache read or written): for each dtype (default: all of
     DTYPES) the FLOP/s of a compute-bound matmul, and the memory bandwidth of a streaming copy;
     the budget (seconds, about what it takes) is shared between them.  A dtype the device
     cannot multiply is left out and said in notes.  Returns a Peaks with source "measured".
@@ -637,7 +644,7 @@ def get(device="cpu", refresh=False, peaks=None, budget_s=2.0):
     """This machine's peaks for device ("cpu", "cuda", "cuda:N"), a Peaks: the override
     (peaks=: a Peaks, dict, JSON text or file path; else the environment variable XSP_PEAKS)
     with source "override"; else the cache file (cache_path()) with source "cache"; else
-    measured (measure(device, budget_s)) and written to the cache, source "measured".
+    measured (benchmark(device, budget_s)) and written to the cache, source "measured".
     refresh=True measures again and rewrites the cache (an override still wins).  A cache
     file that cannot be read or written is said in the result's notes and with a warning.
     Raises PeaksError for a bad override (naming the key and the file or XSP_PEAKS),
@@ -655,7 +662,7 @@ def get(device="cpu", refresh=False, peaks=None, budget_s=2.0):
         p, note = _read_cache(path, dev, key)
         if p is not None:
             return p
-    p = measure(dev, budget_s=budget_s)
+    p = benchmark(dev, budget_s=budget_s)
     if note:
         p.notes.append(note)
         warnings.warn(note, RuntimeWarning, stacklevel=2)

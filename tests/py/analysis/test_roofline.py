@@ -162,7 +162,7 @@ def approx_rows(got, want):
 
 # -- peaks: the micro-benchmarks and the theoretical peak ---------------------------------------
 def test_the_benchmark_is_sane():
-    p = P.measure("cpu", budget_s=0.5, dtypes=["float32", "float64"])
+    p = P.benchmark("cpu", budget_s=0.5, dtypes=["float32", "float64"])
     assert p.source == "measured" and p.device == "cpu"
     assert sorted(p.flops_per_s) == ["float32", "float64"]
     theo = P.theoretical("cpu")
@@ -188,7 +188,7 @@ def test_the_benchmark_is_sane():
 
 
 def test_the_half_precision_matmuls_run_where_the_cpu_has_them():
-    p = P.measure("cpu", budget_s=0.2, dtypes=["bfloat16"])
+    p = P.benchmark("cpu", budget_s=0.2, dtypes=["bfloat16"])
     # torch runs bfloat16 matmuls on every CPU (emulated without native support): either a
     # figure, or a note saying why not; never silently missing
     assert ("bfloat16" in p.flops_per_s and p.flops_per_s["bfloat16"] > 0) or \
@@ -197,13 +197,13 @@ def test_the_half_precision_matmuls_run_where_the_cpu_has_them():
 
 def test_benchmark_arguments_are_checked():
     with pytest.raises(ValueError, match="budget_s must be a number of seconds >= 0.01"):
-        P.measure(budget_s=0)
+        P.benchmark(budget_s=0)
     with pytest.raises(ValueError, match="rounds must be an int >= 1"):
-        P.measure(budget_s=1, rounds=0)
+        P.benchmark(budget_s=1, rounds=0)
     with pytest.raises(ValueError, match="dtypes must be a non-empty list of float64"):
-        P.measure(budget_s=1, dtypes=["int8"])
+        P.benchmark(budget_s=1, dtypes=["int8"])
     with pytest.raises(ValueError, match="device must be 'cpu', 'cuda' or 'cuda:N', not 'tpu'"):
-        P.measure("tpu")
+        P.benchmark("tpu")
     with pytest.raises(TypeError, match="device must be a str"):
         P.get(0)
 
@@ -287,7 +287,7 @@ def test_peaks_arithmetic():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_gpu_peaks_measured_on_the_device():
-    p = P.measure("cuda", budget_s=1.0, dtypes=["float32", "bfloat16"])
+    p = P.benchmark("cuda", budget_s=1.0, dtypes=["float32", "bfloat16"])
     assert p.device.startswith("cuda:") and p.flops_per_s["float32"] > 1e11
     assert p.flops_per_s["bfloat16"] > p.flops_per_s["float32"]
     theo = p.theoretical
@@ -300,15 +300,15 @@ def test_gpu_peaks_measured_on_the_device():
 # -- peaks: the cache and overrides -------------------------------------------------------------
 @pytest.fixture
 def fake_measure(monkeypatch):
-    """P.measure replaced by a counter returning fixed peaks (the cache is what is tested)."""
+    """P.benchmark replaced by a counter returning fixed peaks (the cache is what is tested)."""
     calls = []
 
-    def measure(device="cpu", budget_s=2.0, dtypes=None, rounds=3):
+    def benchmark(device="cpu", budget_s=2.0, dtypes=None, rounds=3):
         calls.append((device, budget_s))
         return P.Peaks(device, {"float32": 1e11 * len(calls)}, 5e9, "measured",
                        method={"budget_s": budget_s}, theoretical={"reason": "test"},
                        key=P._key(device))
-    monkeypatch.setattr(P, "measure", measure)
+    monkeypatch.setattr(P, "benchmark", benchmark)
     return calls
 
 
