@@ -135,7 +135,7 @@ def test_means_spreads_and_the_noise_threshold():
 
 def test_text_has_units_in_the_cells_and_signed_changes():
     c = compare(loop(FC_B, ACT_B, 30), loop(FC_A, ACT_A, 40))
-    text = c.text(names=("a.xsp", "b.xsp"))
+    text = xsp.report.text(c, names=("a.xsp", "b.xsp"))
     lines = text.splitlines()
     assert lines[0] == "xsp compare: a.xsp -> b.xsp"
     assert lines[1].startswith("iterations: 4 -> 4; a change is called when |change| > "
@@ -171,15 +171,15 @@ def test_text_has_units_in_the_cells_and_signed_changes():
     assert "Kernels: level G was not recorded in either run" in text
     assert "+-" not in text and "_ns" not in text
     # a faster run: the sign is a minus, never "+-"
-    back = compare(loop(FC_A, ACT_A, 40), loop(FC_B, ACT_B, 30)).text()
+    back = xsp.report.text(compare(loop(FC_A, ACT_A, 40), loop(FC_B, ACT_B, 30)))
     assert "-80 ns (-14.3%)" in back and "+-" not in back
     assert "faster" in back
     # top limits the tables and says how many rows are left out
-    short = c.text(top=1).splitlines()
+    short = xsp.report.text(c, top=1).splitlines()
     j = short.index(lines[j])
     assert short[j + 2].split()[0] == "fc" and short[j + 3] == "  ... 3 more"
     with pytest.raises(ValueError, match="top must be a positive int"):
-        c.text(top=0)
+        xsp.report.text(c, top=0)
     assert repr(c) == ("<xsp.analysis.compare.Comparison step +80 ns (+16.7%) slower; iterations 4 "
                        "-> 4; layers: 2 slower, 0 faster, 0 added, 0 removed, 0 retyped>")
 
@@ -208,7 +208,7 @@ def test_batchnorm_inserted_in_a_sequential_is_never_compared_with_a_relu():
     assert list(c.removed.columns) == ["name", "type", "before_ns", "before_backward_ns"]
     assert list(c.retyped.columns) == ["name", "before_type", "after_type", "before_ns",
                                        "after_ns"]
-    text = c.text()
+    text = xsp.report.text(c)
     lines = text.splitlines()
     a = lines.index("Layers added (in after only; time per iteration)")
     assert lines[a + 1].split() == ["name", "type", "forward", "backward"]
@@ -241,7 +241,7 @@ def test_one_iteration_has_no_spread_and_never_calls_a_change():
     assert set(c.layers["verdict"]) | set(c.summary["verdict"]) | set(c.ops["verdict"]) == {
         "no spread (1 iteration)"}
     assert c.worst(0.0) is None and len(c.regressions(0.0, layers=True)) == 0
-    text = c.text()
+    text = xsp.report.text(c)
     assert "note: fewer than 5 iterations in a run (1 and 1): the noise is poorly known, " \
            "and below 2 no change is called" in text
     assert "no spread (1 iteration)" in text and "slower" not in text
@@ -286,13 +286,13 @@ def test_kernels_by_name_with_level_g():
     assert k[["name", "before_ns", "after_ns", "delta_ns", "verdict"]].values.tolist() == [
         ["k_Linear", 150, 175, 25, "slower"], ["k_ReLU", 25, 35, 10, "within noise"]]
     assert k["noise_ns"][0] == pytest.approx(noise(50 / 3, 4, 50 / 3, 4))
-    text = c.text()
+    text = xsp.report.text(c)
     i = text.splitlines().index("Kernels (GPU time per iteration)")
     assert text.splitlines()[i + 2].split()[0] == "k_Linear"
     # one side without G: no kernel comparison, and the text says which
     c = compare(loop(FC_B, ACT_B, 30, gpu=True), loop(FC_A, ACT_A, 40))
     assert len(c.kernels) == 0
-    assert "Kernels: level G was not recorded in after" in c.text()
+    assert "Kernels: level G was not recorded in after" in xsp.report.text(c)
 
 
 def test_report_wrappers():
@@ -302,15 +302,15 @@ def test_report_wrappers():
     short = xsp.report.compare(b, a, top=1)
     assert len(short.layers) == 1 and len(short.ops) == 1
     assert short.summary.equals(c.summary)
-    assert xsp.report.compare_text(b, a, top=3, names=("x", "y")) == c.text(top=3,
+    assert xsp.report.compare_text(b, a, top=3, names=("x", "y")) == xsp.report.text(c, top=3,
                                                                             names=("x", "y"))
     # every source xsp.analysis takes: a span table compares like its trace
-    assert compare(b.to_pandas(), a).text() == c.text()
+    assert xsp.report.text(compare(b.to_pandas(), a)) == xsp.report.text(c)
 
 
 def test_cli_fail_above_exit_status(tmp_path, capsys):
-    loop(FC_B, ACT_B, 30).save(str(tmp_path / "b.xsp"))
-    loop(FC_A, ACT_A, 40).save(str(tmp_path / "a.xsp"))
+    xsp.save(loop(FC_B, ACT_B, 30), str(tmp_path / "b.xsp"))
+    xsp.save(loop(FC_A, ACT_A, 40), str(tmp_path / "a.xsp"))
     b, a = str(tmp_path / "b.xsp"), str(tmp_path / "a.xsp")
     assert cli.main(["compare", b, a, "--fail-above", "10"]) == 3
     out, err = capsys.readouterr()
@@ -323,8 +323,8 @@ def test_cli_fail_above_exit_status(tmp_path, capsys):
     assert cli.main(["compare", a, b, "--fail-above", "0"]) == 0        # faster
     capsys.readouterr()
     # one iteration: nothing can be called; status 0, and stderr says why
-    loop([100], [50], 30).save(str(tmp_path / "b1.xsp"))
-    loop([900], [50], 30).save(str(tmp_path / "a1.xsp"))
+    xsp.save(loop([100], [50], 30), str(tmp_path / "b1.xsp"))
+    xsp.save(loop([900], [50], 30), str(tmp_path / "a1.xsp"))
     assert cli.main(["compare", str(tmp_path / "b1.xsp"), str(tmp_path / "a1.xsp"),
                      "--fail-above", "1"]) == 0
     err = capsys.readouterr().err
@@ -375,7 +375,7 @@ def test_two_recorded_runs_end_to_end():
     ops = c.ops.set_index("name")
     assert ops.loc["aten::native_batch_norm", "before_ns"] == 0
     assert set(c.layers["verdict"]) <= {"slower", "faster", "within noise"}
-    text = c.text(top=5)
+    text = xsp.report.text(c, top=5)
     assert "Layers retyped" in text and "Layers added" in text
 
 
@@ -432,7 +432,7 @@ def test_an_extra_linear_is_listed_exactly_op_calls_shapes_and_flops(fake_clock)
         "kernel launches", "copies", "memsets", "syncs")} | {
         f: "profile_memory=True not in either run" for f in ("allocations", "bytes allocated")}
     assert c.added[["name", "type"]].values.tolist() == [["3", "Linear"]]
-    text = c.text()
+    text = xsp.report.text(c)
     lines = text.splitlines()
     assert lines[4].startswith("21 exact differences; ")
     e = lines.index("Exact differences (per iteration; counted, not timed: no noise)")
@@ -472,7 +472,7 @@ def test_identical_workloads_have_no_exact_difference_whatever_the_timing(fake_c
     c = compare(before, after)
     assert not c.changed and len(c.changes) == 0
     assert c.headline() == "no difference beyond noise; 16 rows within noise"
-    text = c.text()
+    text = xsp.report.text(c)
     assert text.splitlines()[4] == "no difference beyond noise; 16 rows within noise"
     assert "Exact differences: none (op calls, input shapes, FLOPs, bytes moved compared)" \
         in text
@@ -502,9 +502,9 @@ def test_bytes_allocated_from_profile_memory(fake_clock):
 
 
 def test_cli_fail_on_change(tmp_path, capsys, fake_clock):
-    _mlp_run(fake_clock).save(str(tmp_path / "b.xsp"))
-    _mlp_run(fake_clock, extra=True).save(str(tmp_path / "a.xsp"))
-    _mlp_run(fake_clock).save(str(tmp_path / "same.xsp"))
+    xsp.save(_mlp_run(fake_clock), str(tmp_path / "b.xsp"))
+    xsp.save(_mlp_run(fake_clock, extra=True), str(tmp_path / "a.xsp"))
+    xsp.save(_mlp_run(fake_clock), str(tmp_path / "same.xsp"))
     b, a, same = (str(tmp_path / f) for f in ("b.xsp", "a.xsp", "same.xsp"))
     assert cli.main(["compare", b, a]) == 0              # without the flag: 0
     capsys.readouterr()

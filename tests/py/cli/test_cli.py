@@ -128,8 +128,8 @@ def test_compare_shows_the_regression(tmp_path, capsys):
             S("prof", "region", 0, 1000), S("Net", "model", 0, 1000, 0, type="Net"),
             S("fc1", "module", 10, 10 + fc1, 1, type="Linear"),
             S("act", "module", 600, 700, 1, type="ReLU")], meta={"levels": "ML"})
-    tr(300).save(str(tmp_path / "before.xsp"))
-    tr(450).save(str(tmp_path / "after.xsp"))
+    xsp.save(tr(300), str(tmp_path / "before.xsp"))
+    xsp.save(tr(450), str(tmp_path / "after.xsp"))
     assert cli.main(["compare", str(tmp_path / "before.xsp"), str(tmp_path / "after.xsp")]) == 0
     out = capsys.readouterr().out.splitlines()
     i = out.index("Layers (leaf modules matched by name and type, time per iteration; "

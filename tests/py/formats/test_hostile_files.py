@@ -35,9 +35,9 @@ import pytest
 import torch
 
 import xsp
-import xsp.distributed
-import xsp.otlp
-import xsp.peaks
+import xsp.analysis.distributed
+import xsp.formats.otlp
+import xsp.analysis.peaks
 from xsp import _core
 from xsp.analysis import tables as A
 from xsp.values.trace import KINDS, LEVELS
@@ -124,7 +124,7 @@ def analyses(tr):
                 ("memory.layers " + dev, lambda d=dev: memory.layers(tr, device=d)),
                 ("memory.timeline " + dev, lambda d=dev: memory.timeline(tr, device=d))]
     out += [("compare.compare", lambda: compare(tr, tr)),
-            ("compare.compare text", lambda: compare(tr, tr).text()),
+            ("compare.compare text", lambda: xsp.report.text(compare(tr, tr))),
             ("report.compare_text", lambda: xsp.report.compare_text(tr, tr)),
             ("report.summary.median_iteration", lambda: xsp.report.summary.median_iteration(tr))]
     # compiled's readers of a trace (compile_mask, compiling_steps, compiles, summary, ...):
@@ -490,7 +490,7 @@ def test_kineto_list_args_that_are_not_json_lists_are_written_as_their_value(tmp
     assert args["External id"] == "e" and args["xsp.id"] == 1
     assert kineto_events(tmp_path / "t.json")[0]["cat"] == 3
     from xsp import cli
-    tr.save(str(tmp_path / "t.xsp"))
+    xsp.save(tr, str(tmp_path / "t.xsp"))
     assert cli.main(["export", str(tmp_path / "t.xsp"), "--format", "kineto", "-o",
                      str(tmp_path / "k.json")]) == 0
 

@@ -372,7 +372,7 @@ def test_gzip_and_the_cli(traces, tmp_path):
         g.write(f.read())
     assert len(xsp.load(gz, format="kineto")) == len(xsp.load(torch_path, format="kineto"))
     xspf = str(tmp_path / "r.xsp")
-    tr.save(xspf)
+    xsp.save(tr, xspf)
     cli = [sys.executable, "-m", "xsp"]
     out = str(tmp_path / "k.json.gz")
     r = subprocess.run(cli + ["export", xspf, "--format", "kineto", "-o", out],

@@ -302,7 +302,7 @@ def _everything(tr, tmp_path):
 
 def _saved(tr, tmp_path):
     p = str(tmp_path / "m.xsp")
-    tr.save(p)
+    xsp.save(tr, p)
     return p
 
 

@@ -479,7 +479,7 @@ def xsp_cmd(*args, cwd):
 @pytest.fixture
 def saved(tmp_path):
     tr = hand_trace()
-    tr.save(str(tmp_path / "f.xsp"))
+    xsp.save(tr, str(tmp_path / "f.xsp"))
     return tmp_path, tr, (tmp_path / "f.xsp").read_bytes()
 
 

@@ -143,7 +143,7 @@ def test_the_c_writer_refuses_links_at_the_exact_names_it_tries(tmp_path, traces
     d = tmp_path / "shared"
     d.mkdir()
     src = str(tmp_path / "src.xsp")
-    traces[1].save(src)
+    xsp.save(traces[1], src)
     path = str(d / "t.xsp")
     plant(d, forced_names("t.xsp", 5), victim)
     assert save_forced(forced_random, src, path) == "saved"
@@ -154,7 +154,7 @@ def test_the_c_writer_refuses_links_at_the_exact_names_it_tries(tmp_path, traces
     # every name taken: the save fails, the old file and the links stay as they were
     plant(d, forced_names("t.xsp", 100)[5:], victim)
     before = open(path, "rb").read()
-    traces[2].save(src)
+    xsp.save(traces[2], src)
     assert save_forced(forced_random, src, path) == (
         "OSError: cannot save '%s': File exists" % path)
     assert open(victim, "rb").read() == b"precious"
@@ -187,7 +187,7 @@ def test_atomic_write_refuses_links_at_the_exact_names_it_tries(tmp_path, monkey
 
 
 def writers(trace):
-    """Every kind of file xsp writes, as (file name, write(path)): Trace.save (the C writer)
+    """Every kind of file xsp writes, as (file name, write(path)): xsp.save of a .xsp (the C writer)
     and the Python writers, which all go through atomic_write."""
     from xsp import perf, report
     from xsp.formats import chrome
@@ -195,12 +195,12 @@ def writers(trace):
     from xsp.formats import otlp
     result = perf.measure(lambda: None, repeat=2, warmup=0)
     out = [
-        ("t.xsp", trace.save),
+        ("t.xsp", lambda p: xsp.save(trace, p)),
         ("t.pt.trace.json", lambda p: kineto.write(trace, p)),
         ("t.pt.trace.json.gz", lambda p: kineto.write(trace, p)),
         ("t.chrome.json", lambda p: chrome.write(trace, p)),
         ("t.html", lambda p: report.html(trace, p)),
-        ("t.result.json", result.save),
+        ("t.result.json", lambda p: xsp.save(result, p)),
     ]
     if have_otlp():
         out.append(("t.otlp.json", lambda p: otlp.write_json(trace, p)))
@@ -246,7 +246,7 @@ def test_temporary_names_are_beside_the_target_and_fit_a_long_name(tmp_path, tra
     target's name is cut to 200 bytes in it; a relative path's temporary file is in the
     current directory."""
     long = "x" * 251 + ".xsp"
-    traces[1].save(str(tmp_path / long))
+    xsp.save(traces[1], str(tmp_path / long))
     _util.atomic_write(str(tmp_path / (long + "j")[1:]), lambda f: f.write("ok"))
     assert entries(tmp_path) == sorted([long, (long + "j")[1:]])
     names = []
@@ -264,7 +264,7 @@ def test_temporary_names_are_beside_the_target_and_fit_a_long_name(tmp_path, tra
 def test_new_files_get_0666_less_the_umask(tmp_path, traces):
     old = os.umask(0o027)
     try:
-        traces[0].save(str(tmp_path / "t.xsp"))
+        xsp.save(traces[0], str(tmp_path / "t.xsp"))
         _util.atomic_write(str(tmp_path / "t.txt"), lambda f: f.write("x"))
     finally:
         os.umask(old)
@@ -305,7 +305,7 @@ def test_threads_saving_to_one_path_never_show_a_torn_file(tmp_path, traces):
     loads).  4 threads save 160 times each while this one loads: no save fails, every load
     is one of the four traces, byte for byte."""
     path = str(tmp_path / "t.xsp")
-    traces[0].save(path)
+    xsp.save(traces[0], path)
     saved = {tr.to_bytes(): tr for tr in traces}
     seen = set()
 
@@ -317,7 +317,7 @@ def test_threads_saving_to_one_path_never_show_a_torn_file(tmp_path, traces):
         assert xsp.load(path) in traces
 
     def saver(tr):
-        return lambda: [tr.save(path) for _ in range(SAVES)]
+        return lambda: [xsp.save(tr, path) for _ in range(SAVES)]
 
     failures, loads = hammer([saver(tr) for tr in traces], read)
     assert failures == []
@@ -365,12 +365,12 @@ def test_processes_saving_to_one_path_never_show_a_torn_file(tmp_path, traces):
     path, jpath = str(d / "t.xsp"), str(d / "t.json")
     texts = {"start"}
     procs = []
-    traces[0].save(path)
+    xsp.save(traces[0], path)
     _util.atomic_write(jpath, lambda f: f.write("start"))
     saved = {tr.to_bytes() for tr in traces}
     for k, tr in enumerate(traces[1:]):
         src = str(tmp_path / ("src%d.xsp" % k))
-        tr.save(src)
+        xsp.save(tr, src)
         text = "text %d " % k + "p" * (50000 * k)
         texts.add(text)
         with open(src + ".txt", "w") as f:
@@ -422,10 +422,10 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
     d = tmp_path / "out"
     d.mkdir()
     src = str(tmp_path / "big.xsp")
-    traces[3].save(src)
+    xsp.save(traces[3], src)
     assert os.path.getsize(src) > 4096
     path, jpath = str(d / "t.xsp"), str(d / "t.json")
-    traces[0].save(path)
+    xsp.save(traces[0], path)
     _util.atomic_write(jpath, lambda f: f.write("old"))
     old = open(path, "rb").read()
     out = subprocess.run([sys.executable, "-c", TOO_LARGE, src, path, jpath],
@@ -458,11 +458,11 @@ def test_a_directory_in_the_way_or_a_missing_one_leaves_nothing(tmp_path, traces
     (tmp_path / "d.xsp").mkdir()
     with pytest.raises(OSError, match="cannot save '%s': Is a directory" % (
             tmp_path / "d.xsp")):
-        traces[1].save(str(tmp_path / "d.xsp"))
+        xsp.save(traces[1], str(tmp_path / "d.xsp"))
     with pytest.raises(IsADirectoryError):
         _util.atomic_write(str(tmp_path / "d.xsp"), lambda f: f.write("x"))
     with pytest.raises(OSError, match="No such file or directory"):
-        traces[1].save(str(tmp_path / "missing" / "t.xsp"))
+        xsp.save(traces[1], str(tmp_path / "missing" / "t.xsp"))
     with pytest.raises(FileNotFoundError):
         _util.atomic_write(str(tmp_path / "missing" / "t.json"), lambda f: f.write("x"))
     assert entries(tmp_path) == ["d.xsp"] and entries(tmp_path / "d.xsp") == []

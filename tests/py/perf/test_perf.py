@@ -291,7 +291,7 @@ def test_units_and_budget_arguments():
 # -- files ----------------------------------------------------------------------------------
 def test_save_load_round_trip(tmp_path):
     r = perf.measure(mlp(), levels="ML", repeat=2, warmup=0)
-    p = r.save(str(tmp_path / "r.json"))
+    p = xsp.save(r, str(tmp_path / "r.json"))
     back = perf.load(p)
     assert back.data == json.loads(r.to_json()) and back.path == p
     assert back.compare(r).status == "ok" and back.trace is None

@@ -313,7 +313,7 @@ def test_the_report_says_what_the_tables_left_out(block):
 def test_xsp_summary_include_compile(block, tmp_path, capsys):
     from xsp import cli
     path = str(tmp_path / "t.xsp")
-    block.save(path)
+    xsp.save(block, path)
     assert cli.main(["summary", path]) == 0
     assert "the 1 iteration that compiled (iteration 0) left out" in capsys.readouterr().out
     assert cli.main(["summary", path, "--include-compile"]) == 0

@@ -300,7 +300,7 @@ def test_flops_of_xsp_traces_equal_flop_counter(case):
 
 
 def test_memory_analyses_exact():
-    import xsp.memory as M
+    import xsp.analysis.memory as M
 
     class Two(nn.Module):
         def __init__(self):

@@ -376,7 +376,7 @@ def test_file_round_trip_keeps_flags_and_meta(tmp_path):
             ITER()
             prof.step()
     path = str(tmp_path / "c.xsp")
-    prof.trace.save(path)
+    xsp.save(prof.trace, path)
     back = xsp.load(path)
     assert back == prof.trace
     assert back.flag_bits[0] == CLIPPED and back.meta["cycle"] == 0

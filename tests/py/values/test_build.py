@@ -81,7 +81,7 @@ def test_from_spans_to_pandas(built):
 
 def test_from_spans_save_load(built, tmp_path):
     path = tmp_path / "built.xsp"
-    built.save(path)
+    xsp.save(built, path)
     back = xsp.load(path)
     assert back == built
     assert back.to_bytes() == built.to_bytes()
