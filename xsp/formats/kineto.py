@@ -266,61 +266,16 @@ class _Attrs:
 def _head(trace, base_ns, pid, track, pids):
     """The text before the span events: the top-level keys, "xsp", and the process and thread
     names (as Kineto writes them), ending after the last of those events."""
-    meta = trace.meta
-    threads = trace.threads
-    top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
-        "kineto.trace_id", uuid.uuid4().hex.upper()),
-        "host_name": meta.get("kineto.host_name", meta.get("host", socket.gethostname())),
-        "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns}
-    gpus = sorted(set(d for (d, _), (_, _, k) in zip(track, threads) if k == 1))
-    for d in gpus:
-        top["deviceProperties"].append({"id": int(d), "name": str(meta.get(
-            "gpu%d.name" % d, meta.get("gpu.name", "")))})
-    if "rank" in meta:
-        top["distributedInfo"] = {"backend": meta.get("backend", ""), "rank": meta["rank"],
-                                  "world_size": meta.get("world_size", 1)}
-    head = "{\n"
-    for k, v in top.items():
-        head += '  "%s": %s,\n' % (k, _dumps(v))
-    head += '  "xsp": %s,\n' % _dumps({"meta": dict(meta), "counters": dict(trace.counters),
-                                       "levels": meta.get("levels", "")})
-    head += '  "traceEvents": [\n'
-    ev = []
+    gpus = _gpus(trace, track)
     t0 = int(trace.start_ns.view(np.uint64).min()) if len(trace) else base_ns
     first_ts = us(t0 - base_ns)
-    cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
-    rank_of_pid = {}
-    if "ranks" in meta:
-        for p_, (_, tname, _) in zip(pids, threads):
-            if isinstance(tname, str) and tname.startswith("rank "):
-                rank_of_pid.setdefault(p_, tname[5:].split(":", 1)[0])
-    for cp in cpu_pids:
-        ev.append({"ph": "M", "name": "process_name", "pid": cp, "tid": 0,
-                   "args": {"name": "python" if cp not in rank_of_pid else
-                            "rank %s" % rank_of_pid[cp]}})
-        ev.append({"ph": "M", "name": "process_labels", "pid": cp, "tid": 0,
-                   "args": {"labels": "CPU"}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": cp, "tid": 0,
-                   "args": {"sort_index": cp}})
-    for d in gpus:
-        ev.append({"ph": "M", "name": "process_name", "pid": int(d), "tid": 0,
-                   "args": {"name": "python"}})
-        ev.append({"ph": "M", "name": "process_labels", "pid": int(d),
-                   "tid": 0, "args": {"labels": "GPU %d" % d}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": int(d),
-                   "tid": 0, "args": {"sort_index": 5000000 + int(d)}})
-    for (p_, t_), (tid, tname, tkind) in zip(track, threads):
-        if tkind == 1:
-            label = "stream %d " % t_
-        elif tkind == 0:
-            label = "thread %d (%s)" % (tid, tname or "python")
-        else:
-            label = tname or "overhead"
-        ev.append({"ph": "M", "name": "thread_name", "pid": p_, "tid": t_,
-                   "args": {"name": label}})
-        ev.append({"ph": "M", "name": "thread_sort_index", "pid": p_,
-                   "tid": t_, "args": {"sort_index": t_ if tkind != 0 else tid}})
-    return head + ",\n".join(_line(e, first_ts) for e in ev)
+    return _top_text(trace, base_ns, gpus) + ",\n".join(
+        _line(e, first_ts) for e in _name_events(trace, track, pids, pid, gpus))
+
+
+def _gpus(trace, track):
+    """The devices of the trace's GPU streams, sorted."""
+    return sorted(set(d for (d, _), (_, _, k) in zip(track, trace.threads) if k == 1))
 
 
 def _tail(trace):
@@ -488,13 +443,13 @@ def _events_text(trace, base_ns, leveled):
     base_ns, pid = kineto_pid(trace, base_ns)
     track, cpu_rank, pids = tracks(trace, pid)
     sp = _RefSpans(trace)
-    gpus = sorted(set(d for (d, _), (_, _, k) in zip(track, trace.threads) if k == 1))
+    gpus = _gpus(trace, track)
     t0 = min(sp.start) if sp.n else base_ns
     first_ts = us(t0 - base_ns)
-    lines = [_line(e, first_ts) for e in _ref_names(trace, track, pids, pid, gpus)]
+    lines = [_line(e, first_ts) for e in _name_events(trace, track, pids, pid, gpus)]
     lines.extend(_ref_span_lines(trace, sp, base_ns, track, cpu_rank, leveled))
     lines.extend(_line(f, t) for f, t in _ref_flows(trace, sp, base_ns, track))
-    return [_ref_head(trace, base_ns, track, gpus), ",\n".join(lines),
+    return [_top_text(trace, base_ns, gpus), ",\n".join(lines),
             '\n  ],\n  "traceName": %s\n}\n' % _dumps(
                 trace.meta.get("kineto.traceName", trace.meta.get("region", "xsp")))]
 
@@ -543,8 +498,9 @@ def _external_ids(attrs, kind_of):
     return ext
 
 
-def _ref_head(trace, base_ns, track, gpus):
-    """The text before the events: the top-level keys as Kineto writes them, then "xsp"."""
+def _top_text(trace, base_ns, gpus):
+    """The text before the events: the top-level keys as Kineto writes them, then "xsp" (both
+    writers)."""
     meta = trace.meta
     top = {"schemaVersion": 1, "deviceProperties": [], "trace_id": meta.get(
         "kineto.trace_id", uuid.uuid4().hex.upper()),
@@ -564,8 +520,9 @@ def _ref_head(trace, base_ns, track, gpus):
     return head + '  "traceEvents": [\n'
 
 
-def _ref_names(trace, track, pids, pid, gpus):
-    """The process and thread name, label and sort-index events, as Kineto writes them."""
+def _name_events(trace, track, pids, pid, gpus):
+    """The process and thread name, label and sort-index events, as Kineto writes them (both
+    writers)."""
     meta, threads = trace.meta, trace.threads
     ev = []
     cpu_pids = sorted(set(p for (p, _), (_, _, k) in zip(track, threads) if k != 1)) or [pid]
