@@ -15,10 +15,10 @@ import os
 
 import pytest
 import torch
-from torch import nn
 
 import xsp
 from xsp.formats import chrome, kineto, tracks
+from test_kineto import workload          # the same folder: a small training step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPU_TRACE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "c", "bin", "gpu_steps.xsp")
@@ -85,31 +85,15 @@ def check_same(value, tmp_path, **options):
          "py.pt.trace.json.gz"])                    # no temporary file left
 
 
-def _model_step():
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    x = torch.randn(8, 16)
-
-    def step():
-        opt.zero_grad()
-        with torch.profiler.record_function("forward"):
-            y = m(x)
-        y.sum().backward()
-        opt.step()
-    step()
-    return step
-
-
 def test_a_profile_with_shapes_and_memory(tmp_path):
-    step = _model_step()
+    step = workload()
     with xsp.profile(record_shapes=True, profile_memory=True) as p:
         step()
     check_same(p.trace, tmp_path)
 
 
 def test_a_training_loop_with_steps(tmp_path):
-    step = _model_step()
+    step = workload()
     with xsp.profile(levels="ML") as p:
         for _ in range(3):
             step()
@@ -119,7 +103,7 @@ def test_a_training_loop_with_steps(tmp_path):
 
 
 def test_a_measurement_with_leveled_latencies(tmp_path):
-    step = _model_step()
+    step = workload()
     m = xsp.measure(step, levels="ML", warmup=1, repeat=3, progress=False)
     assert m.leveled_ns()
     check_same(m, tmp_path)
@@ -132,7 +116,7 @@ def test_the_level_g_trace(tmp_path):
 
 
 def test_a_loaded_torch_profiler_trace(tmp_path):
-    step = _model_step()
+    step = workload()
     path = str(tmp_path / "torch.pt.trace.json")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 record_shapes=True, profile_memory=True,
