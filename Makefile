@@ -64,6 +64,8 @@ test_trace_select_SRC := csrc/core/strtab.c csrc/core/trace.c
 test_schedule_SRC := $(CORE_SRC)
 test_schedule_LIBS := -lpthread
 test_codetab_SRC := csrc/python/codetab.c
+test_release_SRC := $(CORE_SRC)
+test_release_LIBS := -lpthread
 # the GPU source's tests (ifeq HAVE_CUPTI below)
 test_gpu_SRC := $(GPU_SRC) $(CORE_SRC)
 test_gpu_CFLAGS := $(GPU_INC)
@@ -72,7 +74,8 @@ test_gpu_merge_SRC := $(CORE_SRC) $(GPU_SRC)
 test_gpu_merge_CFLAGS := $(GPU_INC)
 test_gpu_merge_LIBS := -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed
 
-CTEST := core data io names kjson jsonw tmerge spawn session trace_select schedule codetab
+CTEST := core data io names kjson jsonw tmerge spawn session trace_select schedule codetab \
+         release
 CTEST_SAN_ONLY := tmerge session gpu_merge
 ifeq ($(HAVE_CUPTI),1)
 CTEST += gpu gpu_merge

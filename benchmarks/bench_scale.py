@@ -3,16 +3,19 @@ reports its peak RSS (ru_maxrss), the RSS growth during recording, the stop time
 building the Trace), and save and load times, to show cost grows linearly and memory stays
 within the cap.
 
-Stop's memory (issue 28: its peak at most 1.2x the larger of the event log and the trace),
-compared in the same process: "log" is the RSS growth while recording (the event log and the
-pool: nothing else grows in the loop); "trace" the bytes of what the Trace holds, counted
-from its sizes (the C span array and attribute array, the string table, and the attribute
-columns that xsp.Trace copies out of C); "stop peak" the process's highest RSS from the
-start of stop until the Trace is built, less the RSS before recording started.  The peak is
-the kernel's own high-water mark (VmHWM): writing "5" to /proc/self/clear_refs just before
-stop resets it to the current RSS, and Linux raises it before every unmap or discard that
-lowers RSS, so no short peak between two samples is missed (no sampling thread).  The ratio
-"peak/max" is stop peak / max(log, trace).
+Stop's memory (issue 28: its peak at most 1.2x the larger of the event log and the trace).
+"log" is the RSS growth while recording (the event log and the pool: nothing else grows in
+the loop); "trace" the bytes of what the Trace holds, counted from its sizes (the C span
+array and attribute array, the string table, and the attribute columns that xsp.Trace copies
+out of C); "stop peak" the process's highest RSS from the start of stop until the Trace is
+built, less the RSS before recording started.  The peak is the kernel's own high-water mark
+(VmHWM): writing "5" to /proc/self/clear_refs just before stop resets it to the current RSS,
+and Linux raises it before every unmap or discard that lowers RSS, so no short peak between
+two samples is missed (no sampling thread).  "peak/max" is stop peak / max(log, trace).
+Each size runs twice, each time in a fresh process, in alternating order: "released", as
+xsp stops (each log chunk given back as soon as stop has read it), and "kept", the reference,
+the same stop with the whole log kept until the trace is made (xsp._core._set_release(False),
+which is how stop worked before).
 
     python benchmarks/bench_scale.py [--sizes 100000,1000000,10000000]
 """
@@ -25,17 +28,20 @@ import sys
 import tempfile
 
 import common
-from xsp.values.trace import core_data
 
 ATTR_BYTES = 16             # sizeof(xsp_attr), csrc/core/trace.h
 ATTR_COLUMN_BYTES = 4 + 4 + 8 + 8 + 4   # xsp.Trace's key, type, int, float, str columns
 
-def child(n, cap):
+
+def child(n, cap, keep):
     import torch
 
     import xsp
+    from xsp import _core
+    from xsp.values.trace import core_data
     torch.set_num_threads(1)
     a, b = torch.ones(8), torch.ones(8)
+    _core._set_release(not keep)
 
     def rss():
         with open("/proc/self/statm") as f:
@@ -63,15 +69,14 @@ def child(n, cap):
         reset = True
     except OSError:
         reset = False
-    p.stop()
-    tr = p.trace            # the Trace built (its attribute columns copied out)
+    p.stop()                # returns the Trace: built here, attribute columns included
     t2 = common.now()
     peak = hwm() if reset else None
+    tr = p.trace
     data = core_data(tr)
     n_attrs = len(data.attrs()["key"]) // 4
     trace_bytes = (len(tr) * data.span_layout()[0]         # C spans
-                   + n_attrs * ATTR_BYTES                   # C attributes
-                   + n_attrs * ATTR_COLUMN_BYTES            # the Trace's attribute columns
+                   + n_attrs * (ATTR_BYTES + ATTR_COLUMN_BYTES)
                    + sum(len(x.encode("utf-8", "surrogateescape")) + 8 for x in tr.strings))
     f = os.path.join(tempfile.mkdtemp(prefix="xsp-scale-"), "t.xsp")
     xsp.save(tr, f)
@@ -81,7 +86,8 @@ def child(n, cap):
     out = {"n": n, "spans": len(tr), "lost": tr.lost, "loop_ns": t1 - t0, "stop_ns": t2 - t1,
            "save_ns": t3 - t2, "load_ns": t4 - t3, "bytes": os.path.getsize(f),
            "rss_record": r1 - r0, "trace_bytes": trace_bytes,
-           "stop_peak": None if peak is None else peak - r0, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           "stop_peak": None if peak is None else peak - r0,
+           "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
            "equal": back == tr}
     os.unlink(f)
     print(json.dumps(out))
@@ -92,27 +98,41 @@ def main(argv=None):
     ap.add_argument("--sizes", default="100000,1000000,10000000")
     ap.add_argument("--cap", type=int, default=1 << 30)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child, args.cap)
+        child(args.child, args.cap, args.keep)
         return 0
     print("scale, torch.add loop at level L, cap %d MiB; %s" % (args.cap >> 20, common.machine()))
-    print("%10s %10s %6s %10s %10s %10s %9s %10s %10s %9s %9s %9s %11s" % (
-        "ops", "spans", "lost", "log MiB", "trace MiB", "stop peak", "peak/max", "peak MiB",
-        "stop ms", "ns/span", "save ms", "load ms", "file B/span"))
-    for n in [int(s) for s in args.sizes.split(",")]:
-        outp = subprocess.run([sys.executable, __file__, "--child", str(n), "--cap",
-                               str(args.cap)], check=True, capture_output=True, text=True).stdout
-        r = json.loads(outp.strip().splitlines()[-1])
-        assert r["equal"]
-        stop_peak = r["stop_peak"]
-        ratio = (stop_peak / max(r["rss_record"], r["trace_bytes"])
-                 if stop_peak is not None else float("nan"))
-        print("%10d %10d %6d %10.1f %10.1f %10s %9.2f %10.1f %10.1f %9.1f %9.1f %9.1f %11.2f" % (
-            n, r["spans"], r["lost"], r["rss_record"] / 2**20, r["trace_bytes"] / 2**20,
-            "n/a" if stop_peak is None else "%.1f" % (stop_peak / 2**20), ratio,
-            r["peak_rss"] / 2**20, r["stop_ns"] / 1e6, r["stop_ns"] / max(r["spans"], 1),
-            r["save_ns"] / 1e6, r["load_ns"] / 1e6, r["bytes"] / max(r["spans"], 1)))
+    print("%10s %9s %10s %5s %9s %9s %9s %8s %9s %9s %8s %8s %8s %7s" % (
+        "ops", "log", "spans", "lost", "log MiB", "trace MiB", "stop peak", "peak/max",
+        "peak MiB", "stop ms", "ns/span", "save ms", "load ms", "file B"))
+    summary = []
+    for k, n in enumerate(int(s) for s in args.sizes.split(",")):
+        rows = {}
+        for mode in (("released", "kept") if k % 2 == 0 else ("kept", "released")):
+            cmd = [sys.executable, __file__, "--child", str(n), "--cap", str(args.cap)]
+            outp = subprocess.run(cmd + (["--keep"] if mode == "kept" else []), check=True,
+                                  capture_output=True, text=True).stdout
+            rows[mode] = r = json.loads(outp.strip().splitlines()[-1])
+            assert r["equal"]
+        for mode in ("released", "kept"):
+            r = rows[mode]
+            stop_peak = r["stop_peak"]
+            r["ratio"] = (stop_peak / max(r["rss_record"], r["trace_bytes"])
+                          if stop_peak is not None else float("nan"))
+            print("%10d %9s %10d %5d %9.1f %9.1f %9s %8.2f %9.1f %9.1f %8.1f %8.1f %8.1f %7.2f"
+                  % (n, mode, r["spans"], r["lost"], r["rss_record"] / 2**20,
+                     r["trace_bytes"] / 2**20,
+                     "n/a" if stop_peak is None else "%.1f" % (stop_peak / 2**20), r["ratio"],
+                     r["peak_rss"] / 2**20, r["stop_ns"] / 1e6,
+                     r["stop_ns"] / max(r["spans"], 1), r["save_ns"] / 1e6, r["load_ns"] / 1e6,
+                     r["bytes"] / max(r["spans"], 1)))
+        rel, kept = rows["released"], rows["kept"]
+        if rel["stop_peak"] is not None:
+            summary.append("%d ops: stop peak released / kept %.2f, stop time %.2f" % (
+                n, rel["stop_peak"] / kept["stop_peak"], rel["stop_ns"] / kept["stop_ns"]))
+    print("\n".join(summary))
     return 0
 
 

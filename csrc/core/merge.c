@@ -8,7 +8,8 @@
  *      map local name ids to trace string ids;
  *   2. k-way merge by (start, thread order, record order): global ids grow with start time,
  *      and since a parent is recorded before its children on its thread, its global id is
- *      known when a child is emitted;
+ *      known when a child is emitted; each record chunk is given back once its records are
+ *      emitted (a thread's records are read in order from here on: gid answers the rest);
  *   3. attributes from the kind-specific record fields ("type", "seq", "fwd_op", and "site":
  *      a model or module span's a0 when not negative, the index of its call site, which the
  *      Python binding turns into "source" and "call_site" at stop, csrc/python/modsites.h);
@@ -33,11 +34,13 @@
 #include "tbuf.h"
 
 typedef struct thread_view {
-    const xsp_tbuf *tb;   /* the buffer */
+    xsp_tbuf *tb;         /* the buffer (its record chunks given back as they are emitted) */
     uint32_t count;       /* records in it */
     uint32_t next;        /* next local index to emit */
     uint32_t thread;      /* trace thread index */
-    uint32_t *gid;        /* local index -> global id (XSP_NONE if elided); owned */
+    uint32_t *gid;        /* local index -> global id; an elided record's is its parent's
+                           * (XSP_NONE for a root), so that no record is read to resolve it
+                           * once its chunk is gone; owned */
     uint32_t *names;      /* local name id -> trace string id; owned */
     uint32_t di;          /* next inputs entry (tb->dents) to attach */
     uint32_t mi;          /* next memory entry (tb->ments) to attach */
@@ -285,39 +288,54 @@ static int pick(const thread_view *v, uint32_t n)
     return best;
 }
 
+/* Emits record i of tv as the next span (or, elided, as its parent's id).  0 or -1. */
+static int emit_one(xsp_trace *t, thread_view *tv, uint32_t i, seqmap *fwd, const uint32_t *keys,
+                    const xsp_clock_map *map, data_keys *dk)
+{
+    const xsp_rec *r = xsp_tbuf_rec(tv->tb, i);
+    if (r->flags & XSP_FLAG_ELIDE) {   /* its parent is emitted (prepare_thread skips elided) */
+        tv->gid[i] = r->parent == XSP_NONE ? XSP_NONE : tv->gid[r->parent];
+        return 0;
+    }
+    xsp_span s = {
+        .start_ns = xsp_clock_to_ns(map, r->start),
+        .end_ns = xsp_clock_to_ns(map, r->end < r->start ? r->start : r->end),
+        .parent = r->parent == XSP_NONE ? XSP_NO_PARENT : tv->gid[r->parent],
+        .name = tv->names[r->name],
+        .thread = tv->thread,
+        .level = r->level,
+        .kind = r->kind,
+        .flags = r->flags & (XSP_FLAG_OPEN_AT_STOP | XSP_FLAG_FORCED_END),
+    };
+    if (add_attrs(t, &s, r, tv, fwd, keys) != 0
+        || ((tv->tb->n_dents || tv->tb->n_ments) && add_data_attrs(t, &s, i, tv, dk) != 0))
+        return -1;
+    tv->gid[i] = xsp_trace_add_span(t, &s);
+    return tv->gid[i] == UINT32_MAX ? -1 : 0;
+}
+
+/* Step 2, and the release: each thread's record chunk is given back once its last record is
+ * emitted (only the next record of each thread is read from then on). */
 static int emit_all(xsp_trace *t, thread_view *v, uint32_t n, seqmap *fwd, const uint32_t *keys,
                     const xsp_clock_map *map, data_keys *dk)
 {
     for (int k; (k = pick(v, n)) >= 0;) {
         thread_view *tv = &v[k];
         uint32_t i = tv->next++;
-        const xsp_rec *r = xsp_tbuf_rec(tv->tb, i);
-        if (r->flags & XSP_FLAG_ELIDE) {
-            tv->gid[i] = XSP_NONE;
-            continue;
+        if (emit_one(t, tv, i, fwd, keys, map, dk) != 0)
+            return -1;
+        if (tv->tb->release && (tv->next % XSP_CHUNK_RECS == 0 || tv->next == tv->count)) {
+            uint32_t c = i / XSP_CHUNK_RECS;
+            xsp_tbuf_chunk_free(tv->tb, tv->tb->chunks[c]);
+            tv->tb->chunks[c] = NULL;
         }
-        xsp_span s = {
-            .start_ns = xsp_clock_to_ns(map, r->start),
-            .end_ns = xsp_clock_to_ns(map, r->end < r->start ? r->start : r->end),
-            .parent = r->parent == XSP_NONE ? XSP_NO_PARENT : tv->gid[r->parent],
-            .name = tv->names[r->name],
-            .thread = tv->thread,
-            .level = r->level,
-            .kind = r->kind,
-            .flags = r->flags & (XSP_FLAG_OPEN_AT_STOP | XSP_FLAG_FORCED_END),
-        };
-        if (add_attrs(t, &s, r, tv, fwd, keys) != 0
-            || ((tv->tb->n_dents || tv->tb->n_ments) && add_data_attrs(t, &s, i, tv, dk) != 0))
-            return -1;
-        tv->gid[i] = xsp_trace_add_span(t, &s);
-        if (tv->gid[i] == UINT32_MAX)
-            return -1;
     }
     return 0;
 }
 
-/* Resolves an external id (xsp_ext_id) to the id of its span in the merged trace, following
- * elided spans to their parent; XSP_NO_PARENT when unknown or not recorded. */
+/* Resolves an external id (xsp_ext_id) to the id of its span in the merged trace, an elided
+ * span to its parent's (emit_one gave it that gid); XSP_NO_PARENT when unknown or not
+ * recorded.  Reads no record: their chunks may be gone. */
 typedef struct resolver {
     thread_view *v;      /* the thread views, gids assigned */
     uint32_t n;          /* number of views */
@@ -335,9 +353,7 @@ static uint32_t resolve(void *ctx, uint64_t ext_id)
         if (((tv->tb->gen >> 1) & 0xFFu) != gen)
             return XSP_NO_PARENT;      /* left on CUPTI's stack by an earlier session */
         uint32_t idx = ord < tv->tb->n_ord ? tv->tb->ord2rec[ord] : XSP_NONE;
-        while (idx != XSP_NONE && idx < tv->count && tv->gid[idx] == XSP_NONE)
-            idx = xsp_tbuf_rec(tv->tb, idx)->parent;      /* elided: its parent */
-        return idx != XSP_NONE && idx < tv->count ? tv->gid[idx] : XSP_NO_PARENT;
+        return idx < tv->count ? tv->gid[idx] : XSP_NO_PARENT;   /* XSP_NONE: no parent */
     }
     return XSP_NO_PARENT;
 }

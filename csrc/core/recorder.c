@@ -23,7 +23,8 @@
  * elsewhere both sides use seq_cst.
  *
  * Chunks come first from a pool reserved at start (so steady-state recording does not call
- * malloc), then from malloc while the cap allows; both are charged to g_sess.bytes.
+ * malloc), then from mappings of their own (chunk.h: stop gives them back one by one) while
+ * the cap allows; both are charged to g_sess.bytes.
  */
 #include "recorder.h"
 
@@ -36,6 +37,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "chunk.h"
 #include "clock.h"
 #include "tbuf.h"
 
@@ -73,6 +75,7 @@ static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records
                                                     xsp_rec_set_hooks); read by the hot path */
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Atomic(xsp_thread_role_fn) g_role_fn = NULL;  /* xsp_rec_set_thread_role_fn */
+static int g_release = 1;                        /* xsp_rec_set_release; protected by g_lock */
 /* A thread without a buffer points at g_notb, never at NULL, so that the fast paths need no
  * null check: its fast_gen is 0, which no g_gen matches, so they leave it for the slow path
  * at once (it only ever sees their busy stores, from any thread: nobody waits on it). */
@@ -279,13 +282,13 @@ static int tbuf_new_chunk(xsp_tbuf *tb)
     if (pooled) {
         chunk = (uint8_t *)g_sess.pool + (uint64_t)i * CHUNK_BYTES;
     } else if (charge(CHUNK_BYTES)) {
-        chunk = malloc(CHUNK_BYTES);
+        chunk = xsp_chunk_new();
         if (!chunk)
             atomic_fetch_sub_explicit(&g_sess.bytes, CHUNK_BYTES, memory_order_relaxed);
     }
     if (chunk && log_push(tb, chunk, (uint32_t)CHUNK_BYTES) != 0) {
         if (!pooled) {
-            free(chunk);
+            xsp_chunk_free(chunk);
             atomic_fetch_sub_explicit(&g_sess.bytes, CHUNK_BYTES, memory_order_relaxed);
         }
         chunk = NULL;     /* a pool chunk is simply not used again this session */
@@ -777,6 +780,13 @@ int xsp_rec_set_hooks(const xsp_span_hooks *hooks)
     return busy ? -1 : 0;
 }
 
+void xsp_rec_set_release(int early)
+{
+    pthread_mutex_lock(&g_lock);
+    g_release = early != 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
 int xsp_rec_active(void)
 {
     return (int)(atomic_load(&g_gen) & 1);
@@ -836,23 +846,23 @@ int xsp_rec_start(const xsp_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* Frees what stop no longer needs from a harvested buffer; the owner resets the rest. */
+/* Frees what stop no longer needs from a harvested buffer (whether its replay ran, failed or
+ * was never reached, and whatever the merge gave back already); the owner resets the rest. */
 static void tbuf_release(xsp_tbuf *tb)
 {
-    char *lo = g_sess.pool, *hi = g_sess.pool + (size_t)g_sess.pool_n * CHUNK_BYTES;
+    tb->pool_lo = (uintptr_t)g_sess.pool;
+    tb->pool_hi = (uintptr_t)g_sess.pool + (uintptr_t)g_sess.pool_n * CHUNK_BYTES;
     for (uint32_t i = 0; i < tb->n_log; i++) {
-        char *c = (char *)tb->log[i];
-        if (c && !(c >= lo && c < hi))
-            free(c);
+        if (tb->log_size[i] == XSP_LOG_BYTES)
+            xsp_tbuf_chunk_free(tb, tb->log[i]);
+        else
+            free(tb->log[i]);          /* a small chunk past the cap */
     }
     tb->n_log = 0;
     tb->wp = g_nochunk + 1;
     tb->wend = g_nochunk;
-    for (uint32_t i = 0; i < tb->n_chunks; i++) {
-        char *c = (char *)tb->chunks[i];
-        if (!(c >= lo && c < hi))
-            free(c);
-    }
+    for (uint32_t i = 0; i < tb->n_chunks; i++)
+        xsp_tbuf_chunk_free(tb, tb->chunks[i]);
     tb->n_chunks = 0;
     tb->slot = 0;
     free(tb->ord2rec);
@@ -928,7 +938,8 @@ int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_
     const char *lo = g_sess.pool, *hi = g_sess.pool + (size_t)g_sess.pool_n * CHUNK_BYTES;
     int replayed = bufs != NULL;
     for (uint32_t i = 0; replayed && i < n; i++)
-        replayed = xsp_tbuf_replay(bufs[i], stop_ticks, lo, hi, g_hooks.push != NULL) == 0;
+        replayed = xsp_tbuf_replay(bufs[i], stop_ticks, lo, hi, g_hooks.push != NULL,
+                                   g_release) == 0;
     xsp_trace *t = replayed ? xsp_merge(bufs, n, g_sess.start_ticks, stop_ticks, &map,
                                     g_sess.adopt_roots, extra)
                         : NULL;

@@ -90,6 +90,14 @@ typedef struct xsp_merge_extra {
  * and its buffers are freed). */
 int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_t errlen);
 
+/* Testing: whether stop gives the event log back as it reads it (1, the default: each log
+ * chunk is unmapped, or reused for records, as soon as the replay has read it, and each record
+ * chunk as soon as the merge has emitted it, so that the trace is built in the log's memory)
+ * or keeps every chunk until the trace is made (0: the same trace, with the log and the trace
+ * in memory together; tests compare the two).  Takes effect at the next stop.  Thread-safe;
+ * cannot fail. */
+void xsp_rec_set_release(int early);
+
 /* Hot path.  Begins a span on the calling thread.  name/name_len: the span's name (need not be
  * NUL-terminated, copied on first sight); name2: an optional second string (a module's class)
  * or NULL; key: matched by xsp_rec_end; a0, a1: kind-specific integers (ops: sequence number

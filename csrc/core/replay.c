@@ -21,8 +21,11 @@
  * ancestor) in ord2rec: the GPU's external ids name spans by that rank.
  *
  * Memory: each log chunk, once read, becomes the next chunk of records (its pages were faulted
- * in while recording: the replay touches almost no fresh memory), or is freed; so records and
- * log together stay near the log's size.
+ * in while recording: the replay touches almost no fresh memory), or is given back at once
+ * (unmapped, chunk.h); so records and log together stay near the log's size, and the merge
+ * then gives back each record chunk as it emits its records (merge.c).  Nothing here reads a
+ * chunk the replay has passed, except the records of spans still open (the stack): those are
+ * in record chunks, which live until the merge.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +135,7 @@ static xsp_rec *new_rec(xsp_tbuf *tb, spare_chunks *spare, uint32_t *idx)
             tb->cap_chunks = cap;
         }
         xsp_rec *chunk = spare->n ? (xsp_rec *)(void *)spare->c[--spare->n]
-                                  : malloc((size_t)XSP_CHUNK_RECS * sizeof *chunk);
+                                  : (xsp_rec *)xsp_chunk_new();
         if (!chunk)
             return NULL;
         tb->chunks[tb->n_chunks++] = chunk;
@@ -170,8 +173,11 @@ static int crosses(const xsp_tbuf *tb, const open_span *stack, uint32_t d, uint3
 }
 
 int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi,
-                    int need_ord)
+                    int need_ord, int release)
 {
+    tb->pool_lo = (uintptr_t)pool_lo;
+    tb->pool_hi = (uintptr_t)pool_hi;
+    tb->release = release;
     tb->n_chunks = 0;
     tb->slot = 0;
     tb->n_ord = 0;
@@ -283,22 +289,21 @@ int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char
             }
         }
         /* read: a full-size chunk becomes a spare (pool chunks too: records in them are not
-         * freed, see tbuf_release); a small one (ends past the cap) is freed */
-        const char *chunk = (const char *)tb->log[c];
-        int pooled = chunk >= pool_lo && chunk < pool_hi;
+         * freed, see xsp_tbuf_chunk_free); else, when releasing, it goes now (a small one,
+         * ends past the cap, was malloc'd) */
         if (tb->log_size[c] == XSP_LOG_BYTES && spare.n < 2) {
             spare.c[spare.n++] = tb->log[c];
             tb->log[c] = NULL;
-        } else if (!pooled) {
-            free(tb->log[c]);
+        } else if (release) {
+            if (tb->log_size[c] == XSP_LOG_BYTES)
+                xsp_tbuf_chunk_free(tb, tb->log[c]);
+            else
+                free(tb->log[c]);
             tb->log[c] = NULL;
         }
     }
-    while (spare.n) {               /* left over: back to malloc (or, pooled, to the pool) */
-        const char *chunk = (const char *)spare.c[--spare.n];
-        if (!(chunk >= pool_lo && chunk < pool_hi))
-            free(spare.c[spare.n]);
-    }
+    while (spare.n)                 /* left over: unmapped (or, pooled, left to the pool) */
+        xsp_tbuf_chunk_free(tb, spare.c[--spare.n]);
     for (uint32_t d = 0; d < depth; d++) {
         xsp_rec *r = xsp_tbuf_rec(tb, stack[d].idx);
         r->end = stop;

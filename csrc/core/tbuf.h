@@ -21,6 +21,12 @@
  * reads; a record's local index is its begin's rank among the thread's recorded begins.
  * Names are interned per thread into `names` when first seen (a pointer cache makes the next
  * sighting cheap).
+ *
+ * Memory at stop: the full-size chunks (log and records, XSP_LOG_BYTES each) are mappings of
+ * their own (chunk.h) or the pool's.  A log chunk, once replayed, holds records (a span's
+ * record is as big as its begin and end) or is unmapped; a record chunk is unmapped once the
+ * merge has emitted its records.  So at every moment of stop the log, the records and the
+ * trace together take about the larger of the log and the trace (docs/design.md, Memory).
  */
 #ifndef XSP_TBUF_H
 #define XSP_TBUF_H
@@ -28,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "chunk.h"
 #include "clock.h"
 #include "recorder.h"
 #include "strtab.h"
@@ -128,7 +135,9 @@ typedef struct xsp_tbuf {
     uint32_t n_log;             /* log chunks in use (the last is the current one) */
     uint32_t cap_log;           /* capacity of log, log_used and log_size */
     uint32_t nb;                /* begins written this session (G sessions: external ids) */
-    uint8_t **log;              /* log chunks; owned (pool chunks are the session's) */
+    uint8_t **log;              /* log chunks, full-size ones mapped (chunk.h), small ones
+                                 * malloc'd; owned (pool chunks are the session's); NULL once
+                                 * the replay reused or freed it */
     uint32_t *log_used;         /* bytes used in each log chunk but the current one */
     uint32_t *log_size;         /* bytes of each log chunk (XSP_LOG_BYTES, or a small chunk
                                  * past the cap) */
@@ -148,7 +157,8 @@ typedef struct xsp_tbuf {
 
     /* filled at stop by xsp_tbuf_replay, read by the merge */
     xsp_rec **chunks;           /* record chunks (XSP_CHUNK_RECS each; read log chunks reused,
-                                 * pool ones among them); owned */
+                                 * pool ones among them, else mapped); owned; NULL once the
+                                 * merge gave it back */
     uint32_t n_chunks;          /* chunks in use */
     uint32_t cap_chunks;        /* capacity of chunks */
     uint32_t slot;              /* records used in the last chunk */
@@ -172,6 +182,13 @@ typedef struct xsp_tbuf {
                                  * or no begin preceded them) or not written (cap, too long) */
     uint64_t mem_outside[XSP_MEM_DEVS][2];  /* allocations / frees reported with no span open
                                  * on the thread: [dev][0] bytes allocated, [dev][1] freed */
+    uintptr_t pool_lo;          /* the session's pool, [pool_lo, pool_hi): its chunks are never
+                                 * freed one by one (xsp_tbuf_chunk_free); set by the replay */
+    uintptr_t pool_hi;          /* see pool_lo */
+    int release;                /* set by the replay: 1, each chunk is given back as soon as
+                                 * stop has read it (a log chunk the replay does not reuse, a
+                                 * record chunk the merge has emitted); 0, all stay until
+                                 * recorder.c's tbuf_release (xsp_rec_set_release, tests) */
     struct xsp_tbuf *next;      /* registry link; written once before publication */
 } xsp_tbuf;
 
@@ -179,6 +196,15 @@ typedef struct xsp_tbuf {
 static inline xsp_rec *xsp_tbuf_rec(const xsp_tbuf *tb, uint32_t idx)
 {
     return &tb->chunks[idx / XSP_CHUNK_RECS][idx % XSP_CHUNK_RECS];
+}
+
+/* Gives back a full-size chunk of tb (log or records) that stop no longer reads: unmapped,
+ * or, if it belongs to the pool, left there.  Accepts NULL; cannot fail. */
+static inline void xsp_tbuf_chunk_free(const xsp_tbuf *tb, void *c)
+{
+    uintptr_t p = (uintptr_t)c;
+    if (c && !(p >= tb->pool_lo && p < tb->pool_hi))
+        xsp_chunk_free(c);
 }
 
 /* Number of records in the buffer. Cannot fail. */
@@ -189,15 +215,20 @@ static inline uint32_t xsp_tbuf_count(const xsp_tbuf *tb)
 
 /* replay.c, at stop (busy clear, the session over): turns tb's event log into records
  * (chunks, the counters, and ord2rec when need_ord: G sessions), ending spans still open at
- * stop (ticks) with XSP_FLAG_OPEN_AT_STOP, and frees the log chunks that are not in
- * [pool_lo, pool_hi) as it goes.  Returns 0, or -1 on allocation failure (tb then holds what was made; release frees
- * it). */
+ * stop (ticks) with XSP_FLAG_OPEN_AT_STOP.  Each log chunk, once read, becomes a record chunk
+ * or, when release is 1, is given back at once (the pool's, [pool_lo, pool_hi), stay in the
+ * pool); release also tells the merge to give back each record chunk once it has emitted its
+ * records (tb->release).  Returns 0, or -1 on allocation failure (tb then holds what was
+ * made; recorder.c's tbuf_release frees it). */
 int xsp_tbuf_replay(xsp_tbuf *tb, uint64_t stop, const char *pool_lo, const char *pool_hi,
-                    int need_ord);
+                    int need_ord, int release);
 
 /* merge.c: builds the merged trace from n buffers of one session; start and stop are the
  * session's clock readings (ticks), map converts ticks to ns.  Returns a new trace or NULL on
- * allocation failure.  Buffers are read, and their open spans ended at stop. */
+ * allocation failure.  Buffers are read, and their open spans ended at stop; where a buffer's
+ * release is set, each of its record chunks is given back (xsp_tbuf_chunk_free, its slot in
+ * chunks set to NULL) as soon as the last of its records is emitted, so that the trace grows
+ * into the memory the records leave.  Nothing reads a buffer's records after the merge. */
 xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t stop,
                      const xsp_clock_map *map, int adopt_roots, const xsp_merge_extra *extra);
 

@@ -181,6 +181,17 @@ static PyObject *core_fake_clock_on(PyObject *mod, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(atomic_load(&xsp_fake_step) != 0);
 }
 
+/* _set_release(early): tests and benchmarks only; see xsp_rec_set_release.  Cannot fail. */
+static PyObject *core_set_release(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    int early = PyObject_IsTrue(arg);
+    if (early < 0)
+        return NULL;
+    xsp_rec_set_release(early);
+    Py_RETURN_NONE;
+}
+
 /* fake_clock_signal(at, signum): tests only; see xsp_clock_fake_signal. */
 static PyObject *core_fake_clock_signal(PyObject *mod, PyObject *args)
 {
@@ -367,6 +378,10 @@ static PyMethodDef core_methods[] = {
      "set_fake_clock(start, step): tests only; step 0 restores the real clock."},
     {"fake_clock_on", core_fake_clock_on, METH_NOARGS,
      "fake_clock_on() -> bool: whether set_fake_clock installed the fake clock."},
+    {"_set_release", core_set_release, METH_O,
+     "_set_release(early): tests and benchmarks only; False makes the next stops keep the\n"
+     "whole event log until the trace is made (the reference for stop's memory), True (the\n"
+     "default) gives each chunk back as soon as stop has read it."},
     {"fake_clock_signal", core_fake_clock_signal, METH_VARARGS,
      "fake_clock_signal(at, signum): tests only; the fake clock's reading that returns at\n"
      "first raises signal signum in the thread that reads it (once; at 0 disarms;\n"
