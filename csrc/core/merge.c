@@ -15,7 +15,8 @@
  *      Python binding turns into "source" and "call_site" at stop, csrc/python/modsites.h);
  *   4. backward functions are linked to the forward op that created their autograd node: the
  *      last op on the forward thread to start with the same sequence number (composite ops
- *      that enclose it carry the number too, but start earlier);
+ *      that enclose it carry the number too, but start earlier), through a map keyed by the
+ *      backward records' (thread, number) pairs only;
  *   5. roots on other threads are adopted by the region span when asked, and the roots of
  *      PyTorch's intra-op threads by the op that spawned them (spawn.h);
  *   6. other sources (the GPU) add their spans through an xsp_merge_extra, given a resolver
@@ -107,7 +108,10 @@ static int add_data_attrs(xsp_trace *t, xsp_span *s, uint32_t i, thread_view *v,
     return 0;
 }
 
-/* Hash map (rf thread, seq) -> span id, open addressing. */
+/* Hash map (rf thread, seq) -> span id, open addressing.  Its keys are those of the backward
+ * records, the only ones ever looked up, put in before the emission (with no span yet); an op
+ * only updates the key of its (thread, seq) when it is there.  So the map is as big as the
+ * backward functions need, not as every op with a sequence number (all ops in grad mode). */
 typedef struct seqmap {
     uint64_t *keys;       /* 0 = empty; else hashed key | 1 */
     int64_t  *seq;        /* sequence numbers */
@@ -153,13 +157,24 @@ static uint32_t seqmap_slot(const seqmap *m, int64_t tid, int64_t seq)
     return j;
 }
 
-static void seqmap_put(seqmap *m, int64_t tid, int64_t seq, uint32_t id)
+/* Puts the key (tid, seq) in with no span, if it is not there. */
+static void seqmap_add_key(seqmap *m, int64_t tid, int64_t seq)
 {
     uint32_t j = seqmap_slot(m, tid, seq);
+    if (m->keys[j])
+        return;
     m->keys[j] = seq_hash(tid, seq);
     m->seq[j] = seq;
     m->tid[j] = tid;
-    m->ids[j] = id;
+    m->ids[j] = XSP_NONE;
+}
+
+/* Maps (tid, seq) to span id, if the key is there. */
+static void seqmap_update(seqmap *m, int64_t tid, int64_t seq, uint32_t id)
+{
+    uint32_t j = seqmap_slot(m, tid, seq);
+    if (m->keys[j])
+        m->ids[j] = id;
 }
 
 static uint32_t seqmap_get(const seqmap *m, int64_t tid, int64_t seq)
@@ -168,15 +183,25 @@ static uint32_t seqmap_get(const seqmap *m, int64_t tid, int64_t seq)
     return m->keys[j] ? m->ids[j] : XSP_NONE;
 }
 
-/* Op records with a sequence number: the entries the backward-link map needs. */
-static uint64_t count_seq_ops(const thread_view *v)
+/* Backward records with a sequence number: the keys of the backward-link map. */
+static uint64_t count_backward(const thread_view *v)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; i < v->count; i++) {
         const xsp_rec *r = xsp_tbuf_rec(v->tb, i);
-        n += r->kind == XSP_KIND_OP && r->a0 >= 0;
+        n += r->kind == XSP_KIND_BACKWARD && r->a0 >= 0;
     }
     return n;
+}
+
+/* Puts the keys of v's backward records into m. */
+static void add_backward_keys(seqmap *m, const thread_view *v)
+{
+    for (uint32_t i = 0; i < v->count; i++) {
+        const xsp_rec *r = xsp_tbuf_rec(v->tb, i);
+        if (r->kind == XSP_KIND_BACKWARD && r->a0 >= 0)
+            seqmap_add_key(m, r->a1, r->a0);
+    }
 }
 
 /* Sizes the span array once, so merging does not double it repeatedly. 0 or -1. */
@@ -257,7 +282,7 @@ static int add_attrs(xsp_trace *t, xsp_span *s, const xsp_rec *r, const thread_v
         if (!fwd->keys) {
             /* no map: no link */
         } else if (r->kind == XSP_KIND_OP) {
-            seqmap_put(fwd, r->a1, r->a0, t->n_spans);
+            seqmap_update(fwd, r->a1, r->a0, t->n_spans);
         } else {
             uint32_t f = seqmap_get(fwd, r->a1, r->a0);
             if (f != XSP_NONE) {
@@ -456,14 +481,20 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
              && total < UINT32_MAX && reserve_spans(t, (uint32_t)total) == 0;
     }
     /* The backward links are a luxury: without memory for their map, the trace is still made
-     * and the counter "fwd_op.skipped" says so. */
-    uint64_t seq_ops = 0;
+     * and the counter "fwd_op.skipped" says how many were not made.  No backward record, no
+     * map. */
+    uint64_t n_bwd = 0;
     for (uint32_t i = 0; ok && i < n; i++)
-        seq_ops += count_seq_ops(&v[i]);
-    int linked = ok && seq_ops < (1u << 30) && seqmap_init(&fwd, (uint32_t)seq_ops) == 0;
-    if (!linked) {
-        seqmap_free(&fwd);
-        memset(&fwd, 0, sizeof fwd);
+        n_bwd += count_backward(&v[i]);
+    int linked = 1;
+    if (ok && n_bwd) {
+        linked = n_bwd < (1u << 30) && seqmap_init(&fwd, (uint32_t)n_bwd) == 0;
+        for (uint32_t i = 0; linked && i < n; i++)
+            add_backward_keys(&fwd, &v[i]);
+        if (!linked) {
+            seqmap_free(&fwd);
+            memset(&fwd, 0, sizeof fwd);
+        }
     }
     data_keys dk;
     memset(&dk, 0, sizeof dk);
@@ -476,7 +507,7 @@ xsp_trace *xsp_merge(xsp_tbuf *const *bufs, uint32_t n, uint64_t start, uint64_t
     }
     xsp_inmemo_free(&dk.memo);
     ok = ok && add_counters(t, bufs, n, &dk) == 0
-         && xsp_trace_add_counter(t, "fwd_op.skipped", linked ? 0 : (int64_t)seq_ops) == 0;
+         && xsp_trace_add_counter(t, "fwd_op.skipped", linked ? 0 : (int64_t)n_bwd) == 0;
     ok = ok && xsp_trace_set_meta_int(t, "start_ns", (int64_t)xsp_clock_to_ns(map, start)) == 0
          && xsp_trace_set_meta_int(t, "stop_ns", (int64_t)xsp_clock_to_ns(map, stop)) == 0
          && xsp_trace_set_meta_str(t, "clock", map->ns_per_tick ? "tsc" : "monotonic") == 0
