@@ -15,9 +15,12 @@ two samples is missed (no sampling thread).  "peak/max" is stop peak / max(log, 
 Each size runs twice, each time in a fresh process, in alternating order: "released", as
 xsp stops (each log chunk given back as soon as stop has read it), and "kept", the reference,
 the same stop with the whole log kept until the trace is made (xsp._core._set_release(False),
-which is how stop worked before).
+which is how stop worked before).  --workload train records training steps instead of the
+loop (forward and backward of four Linear(8, 8) layers, 185 spans a step, some with sequence
+numbers and backward links); its sizes count steps.
 
     python benchmarks/bench_scale.py [--sizes 100000,1000000,10000000]
+    python benchmarks/bench_scale.py --workload train --sizes 540,5400,54000
 """
 import argparse
 import json
@@ -33,7 +36,7 @@ ATTR_BYTES = 16             # sizeof(xsp_attr), csrc/core/trace.h
 ATTR_COLUMN_BYTES = 4 + 4 + 8 + 8 + 4   # xsp.Trace's key, type, int, float, str columns
 
 
-def child(n, cap, keep):
+def child(n, cap, keep, workload):
     import torch
 
     import xsp
@@ -41,7 +44,15 @@ def child(n, cap, keep):
     from xsp.values.trace import core_data
     torch.set_num_threads(1)
     a, b = torch.ones(8), torch.ones(8)
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(4)])
+    x = torch.ones(2, 8)
     _core._set_release(not keep)
+
+    def step():
+        if workload == "train":
+            model(x).sum().backward()
+        else:
+            torch.add(a, b)
 
     def rss():
         with open("/proc/self/statm") as f:
@@ -54,13 +65,13 @@ def child(n, cap, keep):
                     return int(line.split()[1]) * 1024
         return None
 
-    torch.add(a, b)
+    step()
     r0 = rss()
     p = xsp.profile(levels="L", max_memory=cap)
     p.start()
     t0 = common.now()
     for _ in range(n):
-        torch.add(a, b)
+        step()
     t1 = common.now()
     r1 = rss()
     try:                    # the high-water mark from here on (see the docstring)
@@ -99,19 +110,24 @@ def main(argv=None):
     ap.add_argument("--cap", type=int, default=1 << 30)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", choices=("add", "train"), default="add")
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child, args.cap, args.keep)
+        child(args.child, args.cap, args.keep, args.workload)
         return 0
-    print("scale, torch.add loop at level L, cap %d MiB; %s" % (args.cap >> 20, common.machine()))
+    print("scale, %s at level L, cap %d MiB; %s" % (
+        "training steps of 4 Linear(8, 8)" if args.workload == "train" else "torch.add loop",
+        args.cap >> 20, common.machine()))
+    unit = "steps" if args.workload == "train" else "ops"
     print("%10s %9s %10s %5s %9s %9s %9s %8s %9s %9s %8s %8s %8s %7s" % (
-        "ops", "log", "spans", "lost", "log MiB", "trace MiB", "stop peak", "peak/max",
-        "peak MiB", "stop ms", "ns/span", "save ms", "load ms", "file B"))
+        unit, "log", "spans", "lost", "log MiB", "trace MiB", "stop peak", "peak/max", "peak MiB",
+        "stop ms", "ns/span", "save ms", "load ms", "file B"))
     summary = []
     for k, n in enumerate(int(s) for s in args.sizes.split(",")):
         rows = {}
         for mode in (("released", "kept") if k % 2 == 0 else ("kept", "released")):
-            cmd = [sys.executable, __file__, "--child", str(n), "--cap", str(args.cap)]
+            cmd = [sys.executable, __file__, "--child", str(n), "--cap", str(args.cap),
+                   "--workload", args.workload]
             outp = subprocess.run(cmd + (["--keep"] if mode == "kept" else []), check=True,
                                   capture_output=True, text=True).stdout
             rows[mode] = r = json.loads(outp.strip().splitlines()[-1])
@@ -130,8 +146,8 @@ def main(argv=None):
                      r["bytes"] / max(r["spans"], 1)))
         rel, kept = rows["released"], rows["kept"]
         if rel["stop_peak"] is not None:
-            summary.append("%d ops: stop peak released / kept %.2f, stop time %.2f" % (
-                n, rel["stop_peak"] / kept["stop_peak"], rel["stop_ns"] / kept["stop_ns"]))
+            summary.append("%d %s: stop peak released / kept %.2f, stop time %.2f" % (
+                n, unit, rel["stop_peak"] / kept["stop_peak"], rel["stop_ns"] / kept["stop_ns"]))
     print("\n".join(summary))
     return 0
 
