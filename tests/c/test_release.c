@@ -12,7 +12,8 @@
  * without; after stop none in either.  The recording covers what stop reads beside begins and
  * ends: inputs and memory payloads, backward links, elided spans, forced ends, unmatched ends,
  * spans open at stop, several log chunks per thread, the pool's chunks, and the cap (lost spans,
- * the small chunks of ends past it).
+ * the small chunks of ends past it).  And a stop that fails after the release leaves nothing
+ * mapped and the recorder usable.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -259,6 +260,58 @@ static void compare(const xsp_config *cfg, int capped)
     free(b);
 }
 
+static int failing_extra(xsp_trace *t, xsp_resolve_fn resolve, void *rctx,
+                         const xsp_clock_map *map, void *arg)
+{
+    (void)t;
+    (void)resolve;
+    (void)rctx;
+    (void)map;
+    *(uint64_t *)arg = xsp_chunk_live();
+    return -1;
+}
+
+/* A stop that fails after the merge gave the records back (a further source out of memory)
+ * frees what is left and ends the session: a second stop finds none, the next session works,
+ * and no chunk stays mapped. */
+static void test_failed_stop(void)
+{
+    char err[256];
+    xsp_rec_set_release(1);
+    CHECK(xsp_rec_start(&(xsp_config){.pool_bytes = 1}, err, sizeof err) == 0);
+    for (uint64_t i = 0; i < 3 * 4096; i++) {
+        begin(XSP_KIND_OP, "aten::add", NULL, 10 + i, -1, 0);
+        if (i % 2)
+            inputs(4);
+        xsp_rec_end(10 + i, 0);
+    }
+    begin(XSP_KIND_OP, "open", NULL, 5, -1, 0);
+    CHECK(xsp_chunk_live() >= 3);
+    uint64_t live = UINT64_MAX;
+    xsp_merge_extra extra = {failing_extra, &live};
+    xsp_trace *t = (xsp_trace *)1;
+    CHECK(xsp_rec_stop(&t, &extra, err, sizeof err) == -1);
+    CHECK(t == NULL);
+    CHECK(strstr(err, "out of memory") != NULL);
+    CHECK_EQ_U(live, 0);                     /* given back before the failure */
+    CHECK_EQ_U(xsp_chunk_live(), 0);
+    CHECK(!xsp_rec_active());
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == -1);
+    CHECK(strstr(err, "no recording session") != NULL);
+    CHECK(xsp_rec_start(&(xsp_config){.pool_bytes = 1}, err, sizeof err) == 0);
+    begin(XSP_KIND_OP, "after", NULL, 6, -1, 0);
+    xsp_rec_end(6, 0);
+    xsp_rec_end(5, 0);                       /* the failed session's: unmatched here */
+    t = NULL;
+    CHECK(xsp_rec_stop(&t, NULL, err, sizeof err) == 0);
+    if (t) {
+        CHECK_EQ_U(t->n_spans, 1);
+        CHECK_EQ_U(xsp_trace_counter(t, "unmatched_end"), 1);
+        xsp_trace_free(t);
+    }
+    CHECK_EQ_U(xsp_chunk_live(), 0);
+}
+
 int main(void)
 {
     static const char *const dtypes[] = {"unsigned char", "signed char", "short int", "int",
@@ -270,5 +323,6 @@ int main(void)
     compare(&(xsp_config){.pool_bytes = 3 * 4096 * 48}, 0);
     /* a cap of eight chunks: spans lost, ends past the cap in small chunks */
     compare(&(xsp_config){.pool_bytes = 1, .max_bytes = 8 * 4096 * 48}, 1);
+    test_failed_stop();
     return CHECK_DONE();
 }
