@@ -16,9 +16,7 @@ xsp.analysis.compare are imported where they are needed).
 import html as _html_mod
 import sys
 
-from xsp.analysis import distributed
 from xsp.core.util import deprecated, printable
-from xsp.report import ranks
 
 __all__ = ["text", "html", "html_fragment", "compare", "compare_text"]
 
@@ -48,6 +46,8 @@ def text(value, top=10, *, op_sort="self_ns", include_compile=False, names=("bef
         return value._text(top=20 if top == 10 else top, names=names)
     from xsp.report import summary
     if _is_job(value):
+        from xsp.analysis import distributed     # here: only a merged job has ranks
+        from xsp.report import ranks
         out = [ranks.text(value)]
         for r in distributed.ranks(value)["rank"].tolist():
             out.append("\n== rank %d ==\n" % r)

@@ -12,8 +12,7 @@ import html as _html_mod
 
 import numpy as np
 
-from xsp.analysis import distributed, flops, memory
-from xsp.analysis import peaks as P
+from xsp.analysis import memory
 from xsp.analysis import tables as A
 from xsp.analysis.compiled import graph_breaks
 from xsp.analysis.compiled import summary as compiled_summary
@@ -567,6 +566,7 @@ def _work_lines(source, s):
         return []
     out = []
     if "input_dims" in trace.strings:     # an attribute key some span has (record_shapes)
+        from xsp.analysis import flops      # here: only a trace with op inputs needs it
         f = flops.summary(trace)
         out += ["", "Work (analytical, from the recorded op inputs; xsp.flops): %s FLOPs, %s "
                 "bytes moved; %d op calls without a formula%s" % (
@@ -743,6 +743,7 @@ def _roofline_parts(trace, top):
     src = A._src(trace)
     if not A._has_inputs(src):
         return []
+    from xsp.analysis import peaks as P     # here: only a trace with op inputs has a roofline
     esc = _html_mod.escape
     by = "layer" if A._layer_mask(src).any() else "op"
     out = ["<h3>Roofline</h3>"]
@@ -882,6 +883,7 @@ def html_fragment(source, top=10, include_compile=False):
 
     meta = getattr(source, "meta", None)
     if isinstance(meta, dict) and "ranks" in meta:     # a merged job: the ranks first
+        from xsp.analysis import distributed            # here: only a merged job has ranks
         table("Ranks", distributed.ranks(source), "-",
               "a distributed job of %s ranks, clocks aligned by %s; per step means; wait: in "
               "collectives for the last rank; caused: the waiting a rank caused by arriving "
