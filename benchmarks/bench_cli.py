@@ -2,13 +2,23 @@
 
 Two small traces are recorded first (three steps of a 3-layer MLP at level ML): one plain, one
 with record_shapes=True and profile_memory=True (its summary has the FLOPs line, whose formulas
-are torch's).  Then each command runs as a fresh `python` process, rounds times in turn; the
-figure is the best (the least disturbed) wall time of each, and its ratio to `python -c
-"import xsp"`.  Target (issue 28): `xsp summary` of a small file within 1.5x of `import xsp`.
-The heavy packages each command loaded are listed (tests/py/cli/test_cli_imports.py checks
-them without timing).
+are torch's, and the memory lines).  Then each command runs as a fresh `python` process, rounds
+times in turn; the figure is the best (the least disturbed) wall time of each, and its ratio to
+`python -c "import xsp"`.  Target (issue 28): `xsp summary` of a small file within 1.5x of
+`import xsp`.  The heavy packages each command loaded are listed (tests/py/cli/test_cli_imports.py
+checks them without timing).
 
-    python benchmarks/bench_cli.py [--rounds 5]
+Each command is timed two ways, in the same rounds:
+  - bytecode cached: as an installed xsp starts (pip compiles its modules at install): the
+    children write and read .pyc files in a cache of their own (PYTHONPYCACHEPREFIX, filled by a
+    first, untimed run of each command), PYTHONDONTWRITEBYTECODE unset;
+  - from source: xsp's own modules compiled at every start, as an editable checkout without
+    __pycache__ runs them under PYTHONDONTWRITEBYTECODE=1 (our development machines); the
+    installed packages (numpy, torch, pandas) keep their .pyc.  This column grows with the
+    size of the modules a command imports; it is meaningful only where xsp's folders hold no
+    __pycache__ (said when they do).
+
+    python benchmarks/bench_cli.py [--rounds 5] [--breakdown]
 """
 import argparse
 import json
@@ -47,9 +57,75 @@ def heavy(args):
     return ", ".join(json.loads(line[-1][6:])) or "-" if line else "?"
 
 
+# --breakdown: each command's start cut into phases, each timed with perf_counter in one fresh
+# process (a statement per phase, run in order; the process runs what `xsp CMD` runs, the imports
+# made explicit first); the best of the rounds per phase.  -X importtime cannot say this: the
+# modules xsp imports on first use (importlib.import_module in xsp.report's and xsp.analysis'
+# __getattr__) are left out of its tree, their time in their importer's self time.
+IMPORTS = [("argparse (+gettext, locale)", "import argparse"),
+           ("xsp.cli, xsp.report", "import xsp.cli"),
+           ("xsp.report.summary (+tables, memory, compiled, iterations)",
+            "import xsp.report.summary"),
+           ("the parser (+shutil): every command's arguments",
+            "from xsp import cli; cli._parser().parse_args(ARGS)"),
+           ("load", "tr = cli._load(PATH)")]
+PHASES = {
+    "summary plain.xsp": IMPORTS + [("report.text", "xsp.report.text(tr)")],
+    "summary shapes.xsp": IMPORTS + [
+        ("import torch", "import torch"),
+        ("flops.summary, first call (torch's meta kernels; addmm's imports torch._dynamo)",
+         "from xsp.analysis import flops; flops.summary(tr)"),
+        ("report.text (its FLOPs again, warm)", "xsp.report.text(tr)")],
+    "export plain.xsp -o t.json": IMPORTS[:2] + [IMPORTS[3], IMPORTS[4], (
+        "save (Chrome JSON)", "xsp.save(tr, OUT, format='chrome')")],
+    "report plain.xsp -o r.html": IMPORTS + [
+        ("xsp.report.page (+parts, peaks, distributed)", "import xsp.report.page"),
+        ("import pandas", "import pandas"),
+        ("report.html", "xsp.report.html(tr, path=OUT)")],
+}
+CHILD = """import json, sys, time
+names, steps, ARGS, PATH, OUT = json.loads(sys.argv[1])
+out, t0 = [], time.perf_counter()
+import xsp
+out.append(time.perf_counter() - t0)
+for st in steps:
+    t0 = time.perf_counter()
+    exec(st)
+    out.append(time.perf_counter() - t0)
+print(json.dumps(out))
+"""
+
+
+def breakdown(folder, env, rounds):
+    """{command: [(phase, best seconds)]} of PHASES."""
+    out = {}
+    for cmd, phases in PHASES.items():
+        words = cmd.split()
+        args = [words[0], os.path.join(folder, words[1])] + (
+            ["-o", os.path.join(folder, words[3])] if len(words) > 3 else [])
+        spec = json.dumps([[n for n, _ in phases], [st for _, st in phases], args,
+                           args[1], args[-1]])
+        best = None
+        for _ in range(rounds):
+            p = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True,
+                               text=True, env=env, check=True)
+            got = json.loads(p.stdout.strip().splitlines()[-1])
+            best = got if best is None else [min(x, y) for x, y in zip(best, got)]
+        out[cmd] = list(zip(["import xsp"] + [n for n, _ in phases], best))
+    return out
+
+
+def stale_caches():
+    """The __pycache__ folders beside xsp's sources (the from-source column reads them)."""
+    pkg = os.path.join(common.ROOT, "xsp")
+    return [d for d, _, _ in os.walk(pkg) if os.path.basename(d) == "__pycache__"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also cut each command's start into phases (PHASES), both ways")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as d:
         record(d)
@@ -63,23 +139,47 @@ def main(argv=None):
             ("xsp report plain.xsp -o r.html", ["report", plain, "-o",
                                                 os.path.join(d, "r.html")]),
         ]
-        best = {name: float("inf") for name, _ in commands}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+        modes = {"cached": dict(env, PYTHONPYCACHEPREFIX=os.path.join(d, "pyc")),
+                 "source": dict(env, PYTHONDONTWRITEBYTECODE="1")}
+
+        def run(args, mode):
+            cmd = [sys.executable, "-c", "import xsp"] if args is None else \
+                [sys.executable, "-m", "xsp"] + args
+            t = time.perf_counter()
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True, env=modes[mode])
+            return time.perf_counter() - t
+
+        for _, args in commands:            # fills the bytecode cache
+            run(args, "cached")
+        best = {(name, m): float("inf") for name, _ in commands for m in modes}
         for _ in range(a.rounds):
             for name, args in commands:
-                cmd = [sys.executable, "-c", "import xsp"] if args is None else \
-                    [sys.executable, "-m", "xsp"] + args
-                t = time.perf_counter()
-                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               check=True)
-                best[name] = min(best[name], time.perf_counter() - t)
+                for m in modes:
+                    best[name, m] = min(best[name, m], run(args, m))
         print(common.machine())
-        base = best[commands[0][0]]
-        print("| command (best of %d) | wall s | / import xsp | heavy packages loaded |"
-              % a.rounds)
-        print("|---|---|---|---|")
+        stale = stale_caches()
+        if stale:
+            print("note: %d __pycache__ folders in xsp/ (e.g. %s): the from-source column read "
+                  "their .pyc" % (len(stale), stale[0]))
+        base = {m: best[commands[0][0], m] for m in modes}
+        print("| command (best of %d) | wall s, bytecode cached | / import xsp | wall s, from "
+              "source | / import xsp | heavy packages loaded |" % a.rounds)
+        print("|---|---|---|---|---|---|")
         for name, args in commands:
-            print("| `%s` | %.3f | %.2fx | %s |" % (name, best[name], best[name] / base,
-                                                  "-" if args is None else heavy(args)))
+            print("| `%s` | %.3f | %.2fx | %.3f | %.2fx | %s |" % (
+                name, best[name, "cached"], best[name, "cached"] / base["cached"],
+                best[name, "source"], best[name, "source"] / base["source"],
+                "-" if args is None else heavy(args)))
+        if a.breakdown:
+            got = {m: breakdown(d, modes[m], a.rounds) for m in modes}
+            for cmd in PHASES:
+                print("\n`xsp %s`, best of %d | ms, bytecode cached | ms, from source |\n"
+                      "|---|---|---|" % (cmd, a.rounds))
+                for (name, c), (_, s) in zip(got["cached"][cmd], got["source"][cmd]):
+                    print("| %s | %.1f | %.1f |" % (name, c * 1e3, s * 1e3))
     return 0
 
 
