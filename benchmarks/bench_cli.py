@@ -18,7 +18,10 @@ Each command is timed two ways, in the same rounds:
     size of the modules a command imports; it is meaningful only where xsp's folders hold no
     __pycache__ (said when they do).
 
-    python benchmarks/bench_cli.py [--rounds 5] [--breakdown]
+--base DIR times another xsp (an older revision: DIR/xsp, built) in the same rounds, for a
+before and after under the same load; --breakdown cuts each command's start into phases.
+
+    python benchmarks/bench_cli.py [--rounds 5] [--breakdown] [--base DIR]
 """
 import argparse
 import json
@@ -37,7 +40,7 @@ PROBE = ("import json, runpy, sys\nsys.argv = ['xsp'] + json.loads(sys.argv[1])\
          % (HEAVY,))
 
 
-def record(folder):
+def record(folder, env):
     """Writes plain.xsp and shapes.xsp into folder."""
     code = ("import sys, torch, xsp\n"
             "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), "
@@ -47,12 +50,12 @@ def record(folder):
             "    with xsp.profile(levels='ML', **kw) as prof:\n"
             "        for _ in range(3):\n            m(x)\n            xsp.step()\n"
             "    xsp.save(prof.trace, sys.argv[1] + '/' + name + '.xsp')\n")
-    subprocess.run([sys.executable, "-c", code, folder], check=True)
+    subprocess.run([sys.executable, "-c", code, folder], check=True, env=env, cwd=folder)
 
 
-def heavy(args):
+def heavy(args, env, cwd):
     p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True,
-                       text=True)
+                       text=True, env=env, cwd=cwd)
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("HEAVY ")]
     return ", ".join(json.loads(line[-1][6:])) or "-" if line else "?"
 
@@ -108,7 +111,7 @@ def breakdown(folder, env, rounds):
         best = None
         for _ in range(rounds):
             p = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True,
-                               text=True, env=env, check=True)
+                               text=True, env=env, check=True, cwd=folder)
             got = json.loads(p.stdout.strip().splitlines()[-1])
             best = got if best is None else [min(x, y) for x, y in zip(best, got)]
         out[cmd] = list(zip(["import xsp"] + [n for n, _ in phases], best))
@@ -126,9 +129,23 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--breakdown", action="store_true",
                     help="also cut each command's start into phases (PHASES), both ways")
+    ap.add_argument("--base", metavar="DIR",
+                    help="also time another xsp in the same rounds: DIR holds its xsp/ package, "
+                    "built (e.g. git archive REV xsp | tar -x -C DIR, and the .so files)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as d:
-        record(d)
+        # the children run in d (no xsp/ there: `python -c` and `-m` put the working
+        # directory first on sys.path) with PYTHONPATH naming the tree timed
+        trees = {"this tree": common.ROOT}
+        if a.base:
+            trees["base: " + a.base] = os.path.abspath(a.base)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONPATH")}
+        envs = {(t, m): dict(env, PYTHONPATH=root, **(
+            {"PYTHONPYCACHEPREFIX": os.path.join(d, "pyc")} if m == "cached" else
+            {"PYTHONDONTWRITEBYTECODE": "1"})) for t, root in trees.items()
+            for m in ("cached", "source")}
+        record(d, envs["this tree", "cached"])
         plain, shapes = os.path.join(d, "plain.xsp"), os.path.join(d, "shapes.xsp")
         commands = [
             ('python -c "import xsp"', None),
@@ -139,42 +156,40 @@ def main(argv=None):
             ("xsp report plain.xsp -o r.html", ["report", plain, "-o",
                                                 os.path.join(d, "r.html")]),
         ]
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-        modes = {"cached": dict(env, PYTHONPYCACHEPREFIX=os.path.join(d, "pyc")),
-                 "source": dict(env, PYTHONDONTWRITEBYTECODE="1")}
 
-        def run(args, mode):
+        def run(args, key):
             cmd = [sys.executable, "-c", "import xsp"] if args is None else \
                 [sys.executable, "-m", "xsp"] + args
             t = time.perf_counter()
             subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=True, env=modes[mode])
+                           check=True, env=envs[key], cwd=d)
             return time.perf_counter() - t
 
-        for _, args in commands:            # fills the bytecode cache
-            run(args, "cached")
-        best = {(name, m): float("inf") for name, _ in commands for m in modes}
+        for t in trees:                     # fills the bytecode cache
+            for _, args in commands:
+                run(args, (t, "cached"))
+        best = {(name, key): float("inf") for name, _ in commands for key in envs}
         for _ in range(a.rounds):
             for name, args in commands:
-                for m in modes:
-                    best[name, m] = min(best[name, m], run(args, m))
+                for key in envs:
+                    best[name, key] = min(best[name, key], run(args, key))
         print(common.machine())
         stale = stale_caches()
         if stale:
             print("note: %d __pycache__ folders in xsp/ (e.g. %s): the from-source column read "
                   "their .pyc" % (len(stale), stale[0]))
-        base = {m: best[commands[0][0], m] for m in modes}
-        print("| command (best of %d) | wall s, bytecode cached | / import xsp | wall s, from "
-              "source | / import xsp | heavy packages loaded |" % a.rounds)
-        print("|---|---|---|---|---|---|")
-        for name, args in commands:
-            print("| `%s` | %.3f | %.2fx | %.3f | %.2fx | %s |" % (
-                name, best[name, "cached"], best[name, "cached"] / base["cached"],
-                best[name, "source"], best[name, "source"] / base["source"],
-                "-" if args is None else heavy(args)))
+        for t in trees:
+            c, s = (t, "cached"), (t, "source")
+            base = {key: best[commands[0][0], key] for key in (c, s)}
+            print("\n%s\n\n| command (best of %d) | wall s, bytecode cached | / import xsp | "
+                  "wall s, from source | / import xsp | heavy packages loaded |\n"
+                  "|---|---|---|---|---|---|" % (t, a.rounds))
+            for name, args in commands:
+                print("| `%s` | %.3f | %.2fx | %.3f | %.2fx | %s |" % (
+                    name, best[name, c], best[name, c] / base[c], best[name, s],
+                    best[name, s] / base[s], "-" if args is None else heavy(args, envs[c], d)))
         if a.breakdown:
-            got = {m: breakdown(d, modes[m], a.rounds) for m in modes}
+            got = {m: breakdown(d, envs["this tree", m], a.rounds) for m in ("cached", "source")}
             for cmd in PHASES:
                 print("\n`xsp %s`, best of %d | ms, bytecode cached | ms, from source |\n"
                       "|---|---|---|" % (cmd, a.rounds))

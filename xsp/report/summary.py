@@ -198,13 +198,25 @@ def fmt_counters(counters):
     return ", ".join("%s %d" % kv for kv in sorted(lost.items())) or "none"
 
 
+def _median(x):
+    """np.median of a non-empty float64 vector, computed as it computes it (the mean of the
+    middle value or two after a partition; NaN when a value is NaN), without loading numpy.ma
+    as np.median's NaN check does (about 10 ms of `xsp summary`'s start, issue 28)."""
+    if np.isnan(x).any():
+        return np.nan
+    k = len(x) // 2
+    if len(x) % 2:
+        return np.partition(x, k)[k]
+    return np.mean(np.partition(x, [k - 1, k])[k - 1:k + 1])
+
+
 def _spread(x):
     """(mean, std with ddof=1 or NaN for one sample, median, min, max) of samples x."""
     x = np.asarray(x, dtype=np.float64)
     if not len(x):
         return (np.nan,) * 5
     return (float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else np.nan,
-            float(np.median(x)), float(x.min()), float(x.max()))
+            float(_median(x)), float(x.min()), float(x.max()))
 
 
 def _pm(mean, std):
