@@ -4,9 +4,10 @@ Two small traces are recorded first (three steps of a 3-layer MLP at level ML): 
 with record_shapes=True and profile_memory=True (its summary has the FLOPs line, whose formulas
 are torch's, and the memory lines).  Then each command runs as a fresh `python` process, rounds
 times in turn; the figure is the best (the least disturbed) wall time of each, and its ratio to
-`python -c "import xsp"`.  Target (issue 28): `xsp summary` of a small file within 1.5x of
-`import xsp`.  The heavy packages each command loaded are listed (tests/py/cli/test_cli_imports.py
-checks them without timing).
+`python -c "import xsp"`; and the best of its CPU time (user + system, the child's rusage),
+which other work on the machine disturbs less than the wall time.  Target (issue 28): `xsp
+summary` of a small file within 1.5x of `import xsp`.  The heavy packages each command loaded
+are listed (tests/py/cli/test_cli_imports.py checks them without timing).
 
 Each command is timed two ways, in the same rounds:
   - bytecode cached: as an installed xsp starts (pip compiles its modules at install): the
@@ -26,6 +27,7 @@ before and after under the same load; --breakdown cuts each command's start into
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -158,36 +160,42 @@ def main(argv=None):
         ]
 
         def run(args, key):
+            """(wall s, CPU s: the child's user + system time) of one run."""
             cmd = [sys.executable, "-c", "import xsp"] if args is None else \
                 [sys.executable, "-m", "xsp"] + args
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            check=True, env=envs[key], cwd=d)
-            return time.perf_counter() - t
+            wall = time.perf_counter() - t
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
         for t in trees:                     # fills the bytecode cache
             for _, args in commands:
                 run(args, (t, "cached"))
-        best = {(name, key): float("inf") for name, _ in commands for key in envs}
+        best = {(name, key): (float("inf"),) * 2 for name, _ in commands for key in envs}
         for _ in range(a.rounds):
             for name, args in commands:
                 for key in envs:
-                    best[name, key] = min(best[name, key], run(args, key))
+                    best[name, key] = tuple(map(min, best[name, key], run(args, key)))
         print(common.machine())
         stale = stale_caches()
         if stale:
             print("note: %d __pycache__ folders in xsp/ (e.g. %s): the from-source column read "
                   "their .pyc" % (len(stale), stale[0]))
         for t in trees:
-            c, s = (t, "cached"), (t, "source")
-            base = {key: best[commands[0][0], key] for key in (c, s)}
-            print("\n%s\n\n| command (best of %d) | wall s, bytecode cached | / import xsp | "
-                  "wall s, from source | / import xsp | heavy packages loaded |\n"
-                  "|---|---|---|---|---|---|" % (t, a.rounds))
-            for name, args in commands:
-                print("| `%s` | %.3f | %.2fx | %.3f | %.2fx | %s |" % (
-                    name, best[name, c], best[name, c] / base[c], best[name, s],
-                    best[name, s] / base[s], "-" if args is None else heavy(args, envs[c], d)))
+            loads = {name: "-" if args is None else heavy(args, envs[t, "cached"], d)
+                     for name, args in commands}
+            for m, words in (("cached", "bytecode cached"), ("source", "from source")):
+                base = best[commands[0][0], (t, m)]
+                print("\n%s, %s\n\n| command (best of %d) | wall s | / import xsp | CPU s | "
+                      "/ import xsp | heavy packages loaded |\n|---|---|---|---|---|---|"
+                      % (t, words, a.rounds))
+                for name, _ in commands:
+                    w, c = best[name, (t, m)]
+                    print("| `%s` | %.3f | %.2fx | %.3f | %.2fx | %s |" % (
+                        name, w, w / base[0], c, c / base[1], loads[name]))
         if a.breakdown:
             got = {m: breakdown(d, envs["this tree", m], a.rounds) for m in ("cached", "source")}
             for cmd in PHASES:
