@@ -24,15 +24,12 @@ import importlib.util
 import os
 import runpy
 import sys
-import traceback
 
 import xsp
 from xsp import TraceFormatError, report
-from xsp.analysis import distributed
 from xsp.core.fmt import fmt_ns
 from xsp.core.util import printable
 from xsp.formats import load, save
-from xsp.report import ranks
 
 
 class _Fail(Exception):
@@ -167,6 +164,7 @@ def _write(what, fn, path):
 
 def _print_script_error(exc):
     """The script's traceback without the frames of xsp's runner and runpy."""
+    import traceback                # here: only xsp run prints a script's traceback
     here = os.path.abspath(__file__)
     skip = {here, os.path.abspath(runpy.__file__), "<frozen runpy>"}
     tb = exc.__traceback__
@@ -473,6 +471,7 @@ def _summary(ns):
     sys.stdout.write(report.text(trace, top=ns.top, op_sort=sort,
                                  include_compile=ns.include_compile))
     if "ranks" in trace.meta:
+        from xsp.analysis import distributed    # here: only a merged job has ranks
         last = [int(r) for r in str(trace.meta["ranks"]).split(",")][-1]
         trace = distributed.rank_trace(trace, last)
     if ns.tree_all:                 # the whole trace, down to --tree DEPTH when given
@@ -572,6 +571,8 @@ def _compare(ns):
 
 
 def _merge(ns):
+    from xsp.analysis import distributed
+    from xsp.report import ranks
     traces = [_load(p) for p in ns.traces]
     try:
         job = distributed.merge(traces, allow_missing=ns.allow_missing, names=ns.traces)

@@ -38,8 +38,9 @@ ENTRY_POINT_EDGES = {("cli", "__init__"), ("demo", "__init__"), ("__main__", "cl
 # formats' kineto writer and the producers' profiler build and write the C trace directly)
 PUBLIC_API_ONLY = ("analysis.tables", "analysis.flops", "analysis.memory", "analysis.compare",
                    "analysis.compiled", "formats.chrome", "formats.otlp", "report.summary",
-                   "report.parts", "report.ranks", "report.tree", "report.__init__",
-                   "producers.leveled", "values.measurement", "cli", "demo", "perf")
+                   "report.page", "report.parts", "report.ranks", "report.tree",
+                   "report.__init__", "producers.leveled", "values.measurement", "cli", "demo",
+                   "perf")
 # functions that may import upward: they hand a deprecated spelling to its new home, or are a
 # value's views drawn by the reports (a notebook's _repr_html_, Trace.tree's text)
 UPWARD_OK_NAMES = ("_repr_html_", "tree")

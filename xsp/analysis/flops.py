@@ -408,7 +408,6 @@ class _Costs:
     """Everything op_costs, costs and summary need, computed once for a trace."""
 
     def __init__(self, trace):
-        import pandas as pd
         if not isinstance(trace, Trace):
             raise TypeError("xsp.flops takes an xsp.Trace, not %s" % type(trace).__name__)
         torch = _torch()
@@ -497,18 +496,34 @@ class _Costs:
             b_read[r], b_written[r] = rd, wr
         self.signatures = len(cache)
         self.rows = rows
-        self.df = pd.DataFrame({
-            "id": rows.astype(np.int64), "name": names[rows] if len(rows) else [],
-            "overload": overload, "flops": flops, "bytes_read": b_read,
-            "bytes_written": b_written, "bytes": b_read + b_written, "dtype": dtype,
-            "counted": status == "formula", "status": status})
-        self.df.attrs["signatures"] = self.signatures
+        # op_costs' columns as numpy arrays (summary needs no pandas); the DataFrame when asked
+        self.cols = {
+            "id": rows.astype(np.int64), "name": names[rows] if len(rows) else
+            np.zeros(0, dtype=object), "overload": overload, "flops": flops,
+            "bytes_read": b_read, "bytes_written": b_written, "bytes": b_read + b_written,
+            "dtype": dtype, "counted": status == "formula", "status": status}
+        self._df = None
         # ops without inputs, outside every costed op and with no span with inputs below them
         # (autograd's evaluate_function ops hold backward functions): their cost is unknown
         no_in = (is_op | is_bw) & ~has_in & (above < 0) & ~_has_below(parent, has_in)
         self.no_inputs = _counts(names[no_in])
         # backward: under a backward span or the engine's evaluate_function op
         self.backward = nearest_ancestor(parent, is_bw | engine, include_self=True) >= 0
+
+    @property
+    def df(self):
+        """op_costs' DataFrame, made on first use."""
+        if self._df is None:
+            import pandas as pd
+            self._df = pd.DataFrame({k: (v if len(v) else []) if k == "name" else v
+                                     for k, v in self.cols.items()})
+            self._df.attrs["signatures"] = self.signatures
+        return self._df
+
+    def costed(self):
+        """A bool per row of cols: the costed ops (formula, no formula, failed)."""
+        st = self.cols["status"]
+        return (st != "nested") & (st != "composite") if len(st) else np.zeros(0, dtype=bool)
 
     def costed_rows(self):
         """The rows of the costed ops (formula, no formula, failed)."""
@@ -698,23 +713,27 @@ def summary(trace):
     every costed op that have no inputs recorded), signatures (distinct signatures rebuilt).
     Raises as op_costs does."""
     c = _Costs(trace)
-    rows = c.costed_rows()
-    counted = rows[rows["status"] == "formula"]
+    keep = c.costed()
+    names, status = c.cols["name"][keep], c.cols["status"][keep]
+    formula = status == "formula"
+    fl = c.cols["flops"][keep][formula]
     by_dtype = {}
-    for dt, f in zip(counted["dtype"].tolist(), counted["flops"].tolist()):
+    for dt, f in zip(c.cols["dtype"][keep][formula].tolist(), fl.tolist()):
         key = dt if isinstance(dt, str) else "unknown"
         by_dtype[key] = by_dtype.get(key, 0.0) + f
     failed = {}
-    for nm, st in zip(rows["name"].tolist(), rows["status"].tolist()):
+    for nm, st in zip(names.tolist(), status.tolist()):
         if st.startswith("failed: "):
             why = st[len("failed: "):]
             failed.setdefault(nm, [])
             if why not in failed[nm]:
                 failed[nm].append(why)
-    b = rows["bytes"].to_numpy()
-    return {"flops": float(counted["flops"].sum()), "bytes": float(b[~np.isnan(b)].sum()),
-            "flops_by_dtype": by_dtype, "ops": int(len(rows)), "counted": int(len(counted)),
-            "uncovered": _counts(rows.loc[rows["status"] == "no formula", "name"]),
+    b = c.cols["bytes"][keep]
+    # the sum pandas' Series.sum took: NaN counted as 0, over the same float64 values in order
+    return {"flops": float(np.where(np.isnan(fl), 0.0, fl).sum()),
+            "bytes": float(b[~np.isnan(b)].sum()),
+            "flops_by_dtype": by_dtype, "ops": int(keep.sum()), "counted": int(formula.sum()),
+            "uncovered": _counts(names[status == "no formula"]),
             "failed": {k: "; ".join(v) for k, v in failed.items()},
             "no_inputs": c.no_inputs, "signatures": c.signatures}
 

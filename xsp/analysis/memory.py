@@ -166,24 +166,51 @@ def timeline(source, device="cpu"):
     return out.sort_values(["time_ns", "id"], kind="stable").reset_index(drop=True)
 
 
+def _numbers(source):
+    """key -> the column mem.<dev>.<field> as float64, NaN where a span lacks it or it is not a
+    number (as _num reads the span table).  A Trace whose memory attributes are all numbers is
+    read from its attribute columns, without pandas (the text summary's path: xsp summary loads
+    no pandas); a span table, or a Trace with text among them (only a hand-made or damaged one),
+    through pandas' to_numeric as _num does, so that both give the same figures.  Raises
+    ValueError when there is no memory."""
+    if isinstance(source, Trace):
+        _require(source)
+        n, cols = len(source), {}
+        for key in source.column_names():
+            if not key.startswith("mem."):
+                continue
+            ids, vals = source.attr_column(key)
+            if not isinstance(vals, np.ndarray):        # text among the values
+                break
+            col = np.full(n, np.nan)
+            col[ids] = vals                             # int64 or float64, as to_numeric
+            cols[key] = col
+        else:
+            return lambda key: cols[key] if key in cols else np.full(n, np.nan)
+    df = _table(source)
+    _require(df)
+    return lambda key: _num(df, key)
+
+
 def summary(source):
     """Totals per device: {device: {allocs, alloc_bytes, frees, freed_bytes, peak_bytes,
     outside_alloc_bytes, outside_freed_bytes}} over every span (and the events outside them,
-    from the counters when source is a Trace)."""
-    df = _table(source)
-    _require(df)
+    from the counters when source is a Trace); peak_bytes is None where no span of the device
+    has a peak (only in a hand-made or damaged trace).  Reads a Trace without pandas."""
+    num = _numbers(source)
     counters = dict(source.counters) if isinstance(source, Trace) else {}
     out = {}
     for dev in DEVICES:
-        a = _num(df, "mem.%s.allocs" % dev)
+        a = num("mem.%s.allocs" % dev)
         if np.isnan(a).all():
             continue
+        peak = num("mem.%s.peak" % dev)
         out[dev] = {
             "allocs": int(np.nansum(a)),
-            "alloc_bytes": int(np.nansum(_num(df, "mem.%s.alloc_bytes" % dev))),
-            "frees": int(np.nansum(_num(df, "mem.%s.frees" % dev))),
-            "freed_bytes": int(np.nansum(_num(df, "mem.%s.freed_bytes" % dev))),
-            "peak_bytes": int(np.nanmax(_num(df, "mem.%s.peak" % dev))),
+            "alloc_bytes": int(np.nansum(num("mem.%s.alloc_bytes" % dev))),
+            "frees": int(np.nansum(num("mem.%s.frees" % dev))),
+            "freed_bytes": int(np.nansum(num("mem.%s.freed_bytes" % dev))),
+            "peak_bytes": None if np.isnan(peak).all() else int(np.nanmax(peak)),
             "outside_alloc_bytes": int(counters.get(
                 "memory.outside_spans.%s.alloc_bytes" % dev, 0)),
             "outside_freed_bytes": int(counters.get(

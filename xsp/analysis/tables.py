@@ -21,8 +21,6 @@ import sys
 
 import numpy as np
 
-from xsp.analysis import flops
-from xsp.analysis import peaks as P
 from xsp.core import iterations
 from xsp.core.util import printable
 from xsp.values.trace import KINDS, Trace, ancestor_count, nearest_ancestor
@@ -1190,6 +1188,7 @@ def _op_costs(source, src):
         raise TypeError("the roofline's FLOPs and bytes come from an xsp.Trace's op inputs "
                         "(xsp.analysis.flops.op_costs), not from a %s: pass the trace (for a "
                         "Measurement, its .trace)" % type(source).__name__)
+    from xsp.analysis import flops     # here: the text summary's tables need no FLOPs
     oc = flops.op_costs(source)
     need = {"id", "flops", "bytes", "dtype", "counted", "status"}
     missing = need - set(oc.columns)
@@ -1341,6 +1340,7 @@ def _resolve_roof(peaks, peak_gflops, peak_dram_gbps, device):
                 None)
     if peaks is False:
         return None, None, "no roofs: peaks=False"
+    from xsp.analysis import peaks as P     # here: only the roofline needs the machine's roofs
     if isinstance(peaks, P.Peaks):
         p = peaks
     elif peaks is not None:

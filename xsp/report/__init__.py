@@ -7,18 +7,15 @@
 The values: an xsp.Trace (a merged distributed job's too), an xsp.Measurement, a span table
 (a DataFrame of Trace.to_pandas()'s columns), an xsp.analysis.compare.Comparison, and any value
 with an __xsp_report__(kind, **options) method (xsp.perf's Result).  The rooms: summary (the
-text and HTML summary of a trace or measurement), parts (the HTML timeline and tree), ranks
-(the cross-rank table), tree (Trace.tree()'s text and a notebook's view of a trace),
-compare (a comparison's text).  Loaded on first use: `import xsp`
-stays light (pandas loads with the first report: summary and
-xsp.analysis.compare are imported where they are needed).
+text summary of a trace or measurement, and the figures it shares with the HTML), page (the
+HTML report), parts (its SVG plots, timeline and tree), ranks (the cross-rank table), tree
+(Trace.tree()'s text and a notebook's view of a trace).  Loaded on first use: `import xsp`
+stays light, and the text loads neither the HTML nor pandas (`xsp summary`, issue 28): summary,
+page and xsp.analysis.compare are imported where they are needed.
 """
-import html as _html_mod
 import sys
 
-from xsp.analysis import distributed
 from xsp.core.util import deprecated, printable
-from xsp.report import ranks
 
 __all__ = ["text", "html", "html_fragment", "compare", "compare_text"]
 
@@ -48,6 +45,8 @@ def text(value, top=10, *, op_sort="self_ns", include_compile=False, names=("bef
         return value._text(top=20 if top == 10 else top, names=names)
     from xsp.report import summary
     if _is_job(value):
+        from xsp.analysis import distributed     # here: only a merged job has ranks
+        from xsp.report import ranks
         out = [ranks.text(value)]
         for r in distributed.ranks(value)["rank"].tolist():
             out.append("\n== rank %d ==\n" % r)
@@ -63,10 +62,11 @@ def html_fragment(value, top=10, *, include_compile=False):
     if hook is not None:
         return hook(value, "html", top=top)
     if _is_comparison(value):
+        import html as _html_mod
         return printable('<div class="xsp-report"><pre>%s</pre></div>' % _html_mod.escape(
             value._text(top=20 if top == 10 else top)))
-    from xsp.report import summary
-    return summary.html_fragment(value, top=top, include_compile=include_compile)
+    from xsp.report import page
+    return page.html_fragment(value, top=top, include_compile=include_compile)
 
 
 def html(value, path=None, top=10, *, include_compile=False):
@@ -74,11 +74,11 @@ def html(value, path=None, top=10, *, include_compile=False):
     median iteration, the collapsible tree, SVG plots; bounded in size however large
     the trace), written to path atomically when given.  Returns the document (a str).  Raises
     TypeError for a value no report is made of, OSError when path cannot be written."""
-    from xsp.report import summary
+    from xsp.report import page
     if getattr(type(value), "__xsp_report__", None) is None and not _is_comparison(value):
-        return summary.html(value, path=path, top=top, include_compile=include_compile)
+        return page.html(value, path=path, top=top, include_compile=include_compile)
     frag = html_fragment(value, top=top, include_compile=include_compile)
-    return summary.document(frag, path)
+    return page.document(frag, path)
 
 
 def compare(before, after, top=None, *, k=2.0):
@@ -99,7 +99,7 @@ def compare_text(before, after, top=20, names=("before", "after"), *, k=2.0):
 
 def __getattr__(name):             # the rooms, on first use: xsp.report.summary, .parts, ...
     import importlib
-    if name in ("summary", "parts", "ranks", "tree"):
+    if name in ("summary", "page", "parts", "ranks", "tree"):
         mod = importlib.import_module("xsp.report." + name)
         globals()[name] = mod
         return mod

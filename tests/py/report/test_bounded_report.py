@@ -8,7 +8,7 @@ import numpy as np
 
 import xsp
 from xsp.core.fmt import fmt_ns
-from xsp.report import summary as R
+from xsp.report import page as R
 
 
 def S(name, kind, start, end, parent=None, thread=0, **attrs):

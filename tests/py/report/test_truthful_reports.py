@@ -363,6 +363,18 @@ def test_units_in_cells_never_in_headers():
     assert A.layer_ranking(phase_trace())["total_ns"].dtype.kind == "i"
 
 
+def test_the_step_medians_are_numpys():
+    """The headline's medians (summary._median, which spares the text numpy.ma: issue 28) equal
+    np.median's, odd and even counts, ties, NaN."""
+    rng = np.random.default_rng(7)
+    cases = [rng.integers(0, 10 ** 12, n).astype(np.float64) for n in range(1, 30)]
+    cases += [rng.standard_normal(n) * 1e9 for n in (2, 3, 1000, 1001)]
+    cases += [np.array([5.0, 5.0, 1.0, 5.0]), np.array([0.1, 0.2]), np.array([3e17, 3e17 + 64])]
+    for x in cases:
+        assert report.summary._median(x) == np.median(x), x
+    assert np.isnan(report.summary._median(np.array([1.0, np.nan, 3.0])))
+
+
 def test_headline_labels_each_figure():
     lines = report.text(phase_trace()).splitlines()
     assert lines[1] == "levels ML, 25 spans, 2 iterations: steps (the work between step() calls)"
