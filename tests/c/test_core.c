@@ -498,6 +498,12 @@ static void test_name_cache(void)
     xsp_trace_free(t);
 }
 
+/* name | XSP_NAME_UNSTABLE: xsp_rec_begin_l's name argument for a name that is not stable */
+static const char *unstable(const char *name)
+{
+    return (const char *)((uintptr_t)name | XSP_NAME_UNSTABLE);
+}
+
 /* The torch shim's op entry and exit, xsp_rec_begin_l/xsp_rec_end_l, give the same records as
  * the general entries, interleaved with their spans: names seen again at an address (stable or
  * not) are found, names at a reused address are read again, an operator registration (names
@@ -509,7 +515,6 @@ static void op_entry(int fake)
 {
     char buf[16] = "aten::add";
     char err[256];
-    const uint8_t S = XSP_NAME_STABLE;
     if (fake)
         xsp_clock_set_fake(100, 1);
     CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);                 /* 100 */
@@ -518,23 +523,23 @@ static void op_entry(int fake)
     uint64_t top = UINT64_C(0xAB) << 56;          /* dropped: keys keep their low 56 bits */
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::linear", 12, NULL, 0, top | 3,
                   INT64_C(1) << 40, 7);                                   /* 103 */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 4, 9, 7);                       /* 104, miss */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 4, 9, 7);                       /* 104, miss */
     xsp_rec_end_l(4);                                                     /* 105 */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 5, 10, 7);                      /* 106, hit */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 5, 10, 7);                      /* 106, hit */
     xsp_rec_end_l(5);                                                     /* 107 */
     strcpy(buf, "aten::mul");                     /* same address, other bytes */
     xsp_rec_names_changed();                      /* as the shim's registration listener */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
     xsp_rec_end_l(6);                                                     /* 109 */
     xsp_rec_end(3, 0);                            /* top bits differ: still its end, 110 */
-    xsp_rec_begin_l(XSP_KIND_BACKWARD, "MulBackward0", 8, 11, 0xFFFFFFFFu);  /* 111 */
+    xsp_rec_begin_l(XSP_KIND_BACKWARD, unstable("MulBackward0"), 8, 11, 0xFFFFFFFFu);  /* 111 */
     xsp_rec_end_l(8);                                                     /* 112 */
     xsp_rec_end(2, 0);                                                    /* 113 */
     const uint64_t n = 10000;                     /* 3 log chunks of ops */
     char scope[16] = "scope";                     /* not stable: compared at every sighting */
     for (uint64_t i = 0; i < n; i++) {
-        xsp_rec_begin_l(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP | S,
-                        i % 100 == 0 ? scope : "aten::relu", 100 + i, (int64_t)i, 1);
+        xsp_rec_begin_l(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP,
+                        i % 100 == 0 ? unstable(scope) : "aten::relu", 100 + i, (int64_t)i, 1);
         xsp_rec_end_l(100 + i);
     }
     xsp_rec_end(1, 0);
@@ -614,11 +619,11 @@ static void test_op_entry_hooks(void)
     xsp_span_hooks hooks = {hk_push_fn, hk_pop_fn};
     CHECK(xsp_rec_set_hooks(&hooks) == 0);
     CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::linear", 1, 0, 1);
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 2, 1, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::linear", 1, 0, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::addmm", 2, 1, 1);
     xsp_rec_end_l(2);
     xsp_rec_end_l(77);                    /* not open: no pop */
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 3, 2, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::addmm", 3, 2, 1);
     xsp_rec_end_l(1);                     /* closes 3 (forced) and 1: two pops */
     xsp_trace *t = stop();
     CHECK(xsp_rec_set_hooks(NULL) == 0);
