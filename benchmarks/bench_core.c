@@ -57,7 +57,7 @@ int main(int argc, char **argv)
             return fprintf(stderr, "%s\n", err), 1;
         double ta = now_ns();
         for (int i = 0; i < n; i++) {
-            xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, name, (uint64_t)i, 5, 1);
+            xsp_rec_begin_l(XSP_KIND_OP, name, (uint64_t)i, 5, 1);
             xsp_rec_end_l((uint64_t)i);
         }
         double t0 = now_ns();
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         g_pushes = g_pops = 0;
         double t4 = now_ns();
         for (int i = 0; i < n; i++) {
-            xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, name, (uint64_t)i, 5, 1);
+            xsp_rec_begin_l(XSP_KIND_OP, name, (uint64_t)i, 5, 1);
             xsp_rec_end_l((uint64_t)i);
         }
         double t5 = now_ns();

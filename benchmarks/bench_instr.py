@@ -77,6 +77,10 @@ def child(variant, n, e2e):
     a, b = torch.ones(8), torch.ones(8)
     for _ in range(200):
         torch.add(a, b)
+    # --layouts: objects of several sizes kept alive, so that Python's and C's allocators start
+    # the block in another state (their per-op paths shift with it, by tens of instructions)
+    pad = int(os.environ.get("XSP_BENCH_HEAP_PAD", "0"))
+    keep = [bytearray(8 * (i % 64 + 1)) for i in range(pad * 97)]
     variant, _, opt = variant.partition("+")     # "xsp L+record_shapes": with that option
     kw = {opt: True} if opt else {}
     if variant == "floor":
@@ -89,6 +93,7 @@ def child(variant, n, e2e):
         p.start()
     for _ in range(n):
         torch.add(a, b)
+    del keep
     if not e2e:
         os._exit(0)
     if variant == "torch.profiler":
@@ -101,7 +106,7 @@ def child(variant, n, e2e):
     os._exit(0)
 
 
-def instructions(variant, n, e2e, modules=0):
+def instructions(variant, n, e2e, modules=0, pad=0):
     # sys.executable as it is, not its realpath: a virtual environment's python is a symlink,
     # and the resolved interpreter would not find the environment's packages
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
@@ -110,7 +115,7 @@ def instructions(variant, n, e2e, modules=0):
            str(modules) if modules else ("1" if e2e else "0")]
     # a fixed hash seed: dict layouts, and so the garbage collector's work, are the same in
     # every child, so the counts repeat (with random seeds they moved by ~300 per op)
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONHASHSEED="0", XSP_BENCH_HEAP_PAD=str(pad))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     m = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not m:
@@ -135,11 +140,14 @@ def main(argv=None):
     ap.add_argument("--in-block-only", action="store_true",
                     help="only the in-block counts of unprofiled, floor and xsp L (6 valgrind "
                          "runs instead of 12: a quick check of the hot path)")
+    ap.add_argument("--layouts", type=int, default=1,
+                    help="with --in-block-only: repeat in K heap layouts (objects kept alive "
+                         "before the block) and report each and their mean")
     args = ap.parse_args(argv)
     if args.modules:
         return modules_main(args.modules)
     if args.in_block_only:
-        return in_block_main(args.ops)
+        return in_block_main(args.ops, args.layouts)
     if args.options:
         return options_main(args.ops)
     n = args.ops
@@ -201,20 +209,29 @@ def options_main(n):
     return 0
 
 
-def in_block_main(n):
-    print("per-op cost in instructions (callgrind), in block only, %d ops; %s"
-          % (n, common.machine()))
+def in_block_main(n, layouts=1):
+    print("per-op cost in instructions (callgrind), in block only, %d ops, %d heap layout(s); %s"
+          % (n, layouts, common.machine()))
     variants = ("unprofiled", "floor", "xsp L")
-    jobs = [(v, k) for v in variants for k in (0, n)]
+    jobs = [(v, k, pad) for pad in range(layouts) for v in variants for k in (0, n)]
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=2) as pool:
-        counts = dict(zip(jobs, pool.map(lambda j: instructions(j[0], j[1], False), jobs)))
-    per = {v: (counts[v, n] - counts[v, 0]) / n for v in variants}
-    print("unprofiled: %.0f instructions/op" % per["unprofiled"])
-    for v in variants[1:]:
-        print("%-10s +%.0f instructions/op above unprofiled" % (v, per[v] - per["unprofiled"]))
-    print("xsp L / floor: %.2f" % ((per["xsp L"] - per["unprofiled"])
-                                   / (per["floor"] - per["unprofiled"])))
+        counts = dict(zip(jobs, pool.map(lambda j: instructions(j[0], j[1], False, pad=j[2]),
+                                         jobs)))
+    above = {}
+    for pad in range(layouts):
+        per = {v: (counts[v, n, pad] - counts[v, 0, pad]) / n for v in variants}
+        above[pad] = {v: per[v] - per["unprofiled"] for v in variants[1:]}
+        print("layout %d: unprofiled %.0f instructions/op; floor +%.0f, xsp L +%.0f above it; "
+              "xsp L / floor %.3f, xsp L - floor %+.0f"
+              % (pad, per["unprofiled"], above[pad]["floor"], above[pad]["xsp L"],
+                 above[pad]["xsp L"] / above[pad]["floor"],
+                 above[pad]["xsp L"] - above[pad]["floor"]))
+    floor = sum(a["floor"] for a in above.values()) / layouts
+    xsp = sum(a["xsp L"] for a in above.values()) / layouts
+    print("floor      +%.0f instructions/op above unprofiled (mean of %d layouts)" % (floor, layouts))
+    print("xsp L      +%.0f instructions/op above unprofiled (mean of %d layouts)" % (xsp, layouts))
+    print("xsp L / floor: %.3f" % (xsp / floor))
     return 0
 
 

@@ -22,6 +22,17 @@
  * fence on every thread of the process (an xchg per begin and end saved on the hot path);
  * elsewhere both sides use seq_cst.
  *
+ * The fast paths' limit: the op entry and exit (xsp_rec_begin_l, xsp_rec_end_l) check one word
+ * of their own buffer, tb->flimit, where the slow paths load g_gen.  The owner sets it (in a
+ * slow path, busy set: fast_update) only after enter() found the session and names epoch of
+ * the buffer current, and with a store, a full fence and a second load of g_gen, taking it
+ * back when g_gen moved; stop and xsp_rec_names_changed bump g_gen first and then null every
+ * buffer's limit.  In the single order of those seq_cst operations either the owner's second
+ * load sees the bump (and it nulls its own limit) or the nulling store comes after its store:
+ * once stop or names_changed has nulled them, no limit stays set from before the bump.  Stop's
+ * membarrier then plays the role it plays for g_gen in the protocol above: a fast path whose
+ * busy store stop does not see loads the null limit and leaves.
+ *
  * Chunks come first from a pool reserved at start (so steady-state recording does not call
  * malloc), then from mappings of their own (chunk.h: stop gives them back one by one) while
  * the cap allows; both are charged to g_sess.bytes.
@@ -76,9 +87,11 @@ static xsp_span_hooks g_hooks = {NULL, NULL};    /* set while no session records
 static _Atomic uint32_t g_serial = 0;            /* next tbuf serial number */
 static _Atomic(xsp_thread_role_fn) g_role_fn = NULL;  /* xsp_rec_set_thread_role_fn */
 static int g_release = 1;                        /* xsp_rec_set_release; protected by g_lock */
+static _Atomic(xsp_forward_tid_fn) g_fwd_fn = NULL;   /* xsp_rec_set_forward_tid_fn */
 /* A thread without a buffer points at g_notb, never at NULL, so that the fast paths need no
- * null check: its fast_gen is 0, which no g_gen matches, so they leave it for the slow path
- * at once (it only ever sees their busy stores, from any thread: nobody waits on it). */
+ * null check: its limit is NULL, which no write pointer is below, so they leave it for the
+ * slow path at once (it only ever sees their busy stores, from any thread: nobody waits on
+ * it, and it is in no registry that stop or names_changed walk). */
 static xsp_tbuf g_notb;
 /* this thread's buffer (or g_notb), never freed while the thread lives.  initial-exec: one
  * load from the GOT and one %fs-relative load per begin or end, where the TLS descriptor
@@ -184,15 +197,34 @@ void xsp_rec_set_thread_role_fn(xsp_thread_role_fn fn)
     atomic_store(&g_role_fn, fn);
 }
 
-/* Sets tb->fast_gen: the fast paths skip the busy fence's seq_cst half (membarrier), the
- * hooks, the cap and lost-span checks and the reset, and read the TSC, so they may run only
- * when all of those are moot.  Called by the owner, busy set. */
+void xsp_rec_set_forward_tid_fn(xsp_forward_tid_fn fn)
+{
+    atomic_store(&g_fwd_fn, fn);
+}
+
+/* Takes the fast paths away from tb until the next fast_update.  Any thread. */
+static inline void fast_off(xsp_tbuf *tb)
+{
+    atomic_store_explicit(&tb->flimit, NULL, memory_order_relaxed);
+}
+
+/* Sets tb->flimit after any change of what the fast paths depend on (the session, the names
+ * epoch, the chunk, the cap and lost spans): they skip the busy fence's seq_cst half
+ * (membarrier), the hooks, the cap and lost-span checks and the reset, and read the TSC, so
+ * they may run only when all of those are moot, and only on the current chunk (wend).
+ * Called by the owner, busy set, with tb->gen and tb->names_epoch as enter() last found
+ * g_gen.  The second load of g_gen: "The fast paths' limit", above. */
 static void fast_update(xsp_tbuf *tb)
 {
-    tb->fast_gen = g_membarrier && !g_hooks.push && !g_hooks.pop
-                           && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
-                           && !tb->capped && !tb->ldepth && !tb->loverflow
-                       ? (uint64_t)tb->names_epoch << 32 | tb->gen : 0;
+    if (!(g_membarrier && !g_hooks.push && !g_hooks.pop
+          && atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
+          && !tb->capped && !tb->ldepth && !tb->loverflow)) {
+        fast_off(tb);
+        return;
+    }
+    atomic_store(&tb->flimit, tb->wend + 1);
+    if (atomic_load(&g_gen) != ((uint64_t)tb->names_epoch << 32 | tb->gen))
+        fast_off(tb);
 }
 
 /* Called by the owner, busy set, when g_gen's names epoch is not the one its stable slots were
@@ -263,6 +295,7 @@ static int log_push(xsp_tbuf *tb, uint8_t *chunk, uint32_t bytes)
     tb->log[tb->n_log++] = chunk;
     tb->wp = chunk;
     tb->wend = chunk + bytes - 32;
+    fast_update(tb);
     return 0;
 }
 
@@ -457,37 +490,49 @@ static inline __attribute__((always_inline)) void put_tsc(uint8_t *p, tsc_halves
 }
 
 /* The fast path's level-L begin at p (room checked), as put_begin writes it, in fewer
- * instructions: the tag as a byte over the top byte of the key (below 2^56, so zero there)
- * and the TSC as its halves, last, so that the span starts after the bookkeeping. */
+ * instructions: the tag as a byte over the top byte of the key (below 2^56, so zero there),
+ * kind (an enum xsp_kind, below 16) ORed in unmasked, w3 as its two halves, and the TSC as
+ * its halves, last, so that the span starts after the bookkeeping. */
 static inline __attribute__((always_inline)) void put_begin_l(uint8_t *p, uint64_t key,
-                                                             uint8_t kind, int64_t a0,
+                                                             uint32_t kind, int64_t a0,
                                                              uint32_t nid, int64_t a1)
 {
-    uint8_t tag = (uint8_t)(begin_tag(XSP_LEVEL_L, kind) >> 56);
+    uint8_t tag = (uint8_t)(XSP_EV_BEGIN | XSP_LEVEL_L << 4 | kind);
     uint32_t a1_32 = (uint32_t)a1;
     memcpy(p + 8, &key, 8);
     p[15] = tag;
     memcpy(p + 16, &a0, 8);
-    uint64_t w3 = nid | (uint64_t)a1_32 << 32;   /* one store: two 32-bit ones would be
-                                                    * joined in a vector register */
-    memcpy(p + 24, &w3, 8);
+    memcpy(p + 24, &nid, 4);
+    /* two stores where one would need a shift and an or: the barrier keeps GCC from joining
+     * them in a vector register */
+    __asm__("" : : : "memory");
+    memcpy(p + 28, &a1_32, 4);
     put_tsc(p, read_tsc());
 }
 #endif
 
-/* The fast paths' entry: the busy handshake of enter(), membarrier flavour (fast_gen is 0
- * without membarrier), then the thread's buffer with busy set if it belongs to this session,
- * its stable name slots were checked at the current names epoch (one compare of g_gen does
- * both), the fast paths may run on it (fast_update) and its chunk has room for any event; else
- * NULL with busy clear (the caller takes its slow path). */
+/* The fast paths' entry: the busy handshake of enter(), membarrier flavour (the limit is NULL
+ * without membarrier), with the buffer's own limit where enter() loads g_gen: the thread's
+ * buffer with busy set if the fast paths may run on it (it belongs to this session, its stable
+ * name slots were checked at the current names epoch: fast_update) and its chunk has room for
+ * any event; else NULL with busy clear (the caller takes its slow path). */
 static inline __attribute__((always_inline)) xsp_tbuf *fast_enter(void)
 {
-    xsp_tbuf *tb = tls_tb;   /* g_notb when the thread has no buffer: fast_gen 0 */
+    xsp_tbuf *tb = tls_tb;   /* g_notb when the thread has no buffer: limit NULL */
     atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
-    uint64_t gen = atomic_load_explicit(&g_gen, memory_order_acquire);
-    if (__builtin_expect(gen == tb->fast_gen && tb->wp <= tb->wend, 1))
+#if defined(__x86_64__)
+    /* tb->wp < tb->flimit, the limit read as a relaxed atomic load is on x86-64 (one aligned
+     * 8-byte load), but as the compare's memory operand: GCC loads an atomic into a register
+     * first (one instruction more on each fast path) */
+    __asm__ goto("cmpq %1, %0\n\tjae %l[slow]"
+                 : : "r"(tb->wp), "m"(*(uint8_t *const *)&tb->flimit) : "cc" : slow);
+    return tb;
+slow:
+#else
+    if (__builtin_expect(tb->wp < atomic_load_explicit(&tb->flimit, memory_order_relaxed), 1))
         return tb;
+#endif
     leave(tb);
     return NULL;
 }
@@ -548,7 +593,7 @@ static void lose_begin(xsp_tbuf *tb, uint64_t key)
         tb->lstack[tb->ldepth++] = key;
     else
         tb->loverflow++;          /* as past the depth limit: the next unknown end is its */
-    tb->fast_gen = 0;
+    fast_off(tb);
 }
 
 /* An end while lost spans are open: 1 if it is the end of one (then it is not written; lost
@@ -595,7 +640,7 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
         lost = nid == UINT32_MAX || nid2 == UINT32_MAX;   /* a new name past the cap */
     }
     if (tb->capped)
-        tb->fast_gen = 0;
+        fast_off(tb);
     if (lost) {
         lose_begin(tb, key);
     } else {
@@ -617,27 +662,38 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
 
 /* The op entry's slow path, with the op entry's five register arguments so that the fast path
  * reaches it by a tail call and needs no stack frame. */
-static __attribute__((noinline)) void begin_l_slow(uint8_t kind, const char *name, uint64_t key,
+static __attribute__((noinline)) void begin_l_slow(uint32_t kind, const char *name, uint64_t key,
                                                    int64_t a0, int64_t a1)
 {
-    xsp_rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1);
+    uintptr_t p = (uintptr_t)name;
+    uint8_t k = (uint8_t)((kind & 15u) | (p & XSP_NAME_UNSTABLE ? 0 : XSP_NAME_STABLE));
+    if ((kind & 15u) == XSP_KIND_BACKWARD) {
+        /* the op entry passes every span's own thread id, which saves it a branch per op */
+        xsp_forward_tid_fn fwd = atomic_load_explicit(&g_fwd_fn, memory_order_acquire);
+        if (fwd)
+            a1 = fwd(key);
+    }
+    xsp_rec_begin(XSP_LEVEL_L, k, (const char *)(p & ~(uintptr_t)XSP_NAME_UNSTABLE), XSP_NAME_NUL,
+                  NULL, 0, key, a0, a1);
 }
 
 /* The op entry.  The fast path (x86-64, the TSC as clock): a buffer reset for this session with
  * room for the event, and a stable name found at its address in the pointer cache at the
  * current epoch; then a begin is six stores and an rdtsc, and the function needs no stack
  * frame (everything else is a tail call). */
-void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
+void xsp_rec_begin_l(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
 #if defined(__x86_64__)
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
+        /* the slot of the bare address: XSP_NAME_UNSTABLE is above the hash's bits */
         const xsp_name_slot *slot = name_slot(tb, name);
         /* both the caller and the slot's filler vouch for the name (a slot's key is the bare
          * address only if a stable name filled it, at the names epoch that fast_enter found
-         * unchanged): a string the dispatcher frees just after its deregistration listener ran
-         * is never taken for a user scope's */
-        if (__builtin_expect(slot->key == (uintptr_t)name && (kind & XSP_NAME_STABLE), 1)) {
+         * unchanged, and the caller passes the bare address only for a stable name): a string
+         * the dispatcher frees just after its deregistration listener ran is never taken for
+         * a user scope's */
+        if (__builtin_expect(slot->key == (uintptr_t)name, 1)) {
             put_begin_l(tb->wp, key, kind, a0, slot->id, a1);
             tb->wp += 32;
             leave(tb);
@@ -665,7 +721,7 @@ static __attribute__((noinline)) void end_slow(uint64_t key, uint32_t flags, uin
     if (tb->wp > tb->wend && (tb->capped || tbuf_new_chunk(tb) != 0)) {
         if (!tb->capped) {
             tb->capped = 1;
-            tb->fast_gen = 0;
+            fast_off(tb);
         }
         if (tbuf_end_chunk(tb) != 0) {
             tb->lost_end++;
@@ -700,6 +756,7 @@ static __attribute__((noinline)) void end_l_slow(uint64_t key, uint64_t tsc)
 }
 
 /* The op exit.  The fast path (as the op entry's): two stores after an rdtsc, no frame. */
+_Static_assert(XSP_EV_END == 0, "the op exit stores the key as its end's second word");
 void xsp_rec_end_l(uint64_t key)
 {
 #if defined(__x86_64__)
@@ -707,9 +764,8 @@ void xsp_rec_end_l(uint64_t key)
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
         uint8_t *p = tb->wp;
-        uint64_t w1 = key | (uint64_t)XSP_EV_END << 56;
         put_tsc(p, t);
-        memcpy(p + 8, &w1, 8);
+        memcpy(p + 8, &key, 8);   /* an end's tag is 0 (XSP_EV_END, no flags) */
         tb->wp += 16;
         leave(tb);
         return;
@@ -740,7 +796,7 @@ void xsp_rec_data(uint32_t sub, const void *data, uint32_t len)
         if (tb->capped || tbuf_new_chunk(tb) != 0) {
             if (!tb->capped) {
                 tb->capped = 1;
-                tb->fast_gen = 0;
+                fast_off(tb);
             }
             tb->lost_data++;
             leave(tb);
@@ -758,11 +814,22 @@ void xsp_rec_data(uint32_t sub, const void *data, uint32_t len)
     leave(tb);
 }
 
+/* Nulls every buffer's limit, after a bump of g_gen ("The fast paths' limit"), g_lock held
+ * (stop's reap_dead frees buffers under it). */
+static void fast_off_all(void)
+{
+    for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next)
+        atomic_store(&tb->flimit, NULL);
+}
+
 void xsp_rec_names_changed(void)
 {
     /* the epoch wraps after 2^32 registrations: a thread would have to stay out of every slow
      * path across all of them to take a stale slot */
     atomic_fetch_add(&g_gen, GEN_EPOCH_ONE);
+    pthread_mutex_lock(&g_lock);
+    fast_off_all();
+    pthread_mutex_unlock(&g_lock);
 }
 
 uint64_t xsp_rec_now(void)
@@ -912,6 +979,7 @@ int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_
         return -1;
     }
     atomic_fetch_add(&g_gen, 1);   /* a carry past 2^32 sessions only bumps the epoch */
+    fast_off_all();
     fence_all();
     uint32_t n = 0, cap = 16;
     xsp_tbuf **bufs = malloc(cap * sizeof *bufs);

@@ -69,6 +69,19 @@ typedef uint32_t (*xsp_thread_role_fn)(uint32_t *num);
  * Thread-safe; cannot fail. */
 void xsp_rec_set_thread_role_fn(xsp_thread_role_fn fn);
 
+/* The forward thread of a backward node: given the key xsp_rec_begin_l received for a begin of
+ * kind XSP_KIND_BACKWARD (the shim's: its RecordFunction's address), returns the RecordFunction
+ * thread id of the thread that ran the node's forward op, which the merge pairs with the
+ * forward op's own thread id and sequence number.  Called on the recording thread in the slow
+ * path (a backward node's name is never stable, so its begin never takes the fast path), with
+ * the RecordFunction live; it must not block, allocate or call back into the core. */
+typedef int64_t (*xsp_forward_tid_fn)(uint64_t key);
+
+/* Sets the forward-thread function (NULL: none; xsp_rec_begin_l then keeps a backward begin's
+ * a1 as given).  The function must stay callable for the life of the process.  Thread-safe;
+ * cannot fail. */
+void xsp_rec_set_forward_tid_fn(xsp_forward_tid_fn fn);
+
 /* Maps an external id (xsp_ext_id) to the id of its span in the trace being merged (an elided
  * span maps to its parent), or XSP_NO_PARENT. */
 typedef uint32_t (*xsp_resolve_fn)(void *ctx, uint64_t ext_id);
@@ -112,14 +125,23 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
 
 /* Hot path.  xsp_rec_begin(XSP_LEVEL_L, kind, name, XSP_NAME_NUL, NULL, 0, key, a0, a1): the
  * torch shim's entry for ops, with the constants folded (five arguments, all in registers).
- * key must be below 2^56 (an address is); a1 is kept as 32 bits.  kind may carry
- * XSP_NAME_STABLE: the caller guarantees that the bytes at name stay unchanged until the next
- * xsp_rec_names_changed(), so a name seen at this address since then is taken without
- * reading it.  Same guarantees as xsp_rec_begin. */
+ * key must be below 2^56 (an address is); a1 is kept as 32 bits, and replaced by what the
+ * forward-thread function returns for a backward node (xsp_rec_set_forward_tid_fn, when one is
+ * set); kind is an enum xsp_kind.
+ * name is the address of a NUL-terminated name, as it is when the caller guarantees that its
+ * bytes stay unchanged until the next xsp_rec_names_changed() (a stable name: one seen at this
+ * address since then is taken without reading it, as xsp_rec_begin's XSP_NAME_STABLE), or
+ * that address | XSP_NAME_UNSTABLE when it does not (the bytes are then compared at every
+ * sighting).  Bit 62 is free in a user-space address on the 64-bit targets xsp builds for
+ * (below 2^57 even with five-level paging; pointer tags, where used, sit in bits 56-59).
+ * Same guarantees as xsp_rec_begin. */
 #ifndef XSP_NAME_STABLE
 #define XSP_NAME_STABLE 0x80u
 #endif
-void xsp_rec_begin_l(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
+#ifndef XSP_NAME_UNSTABLE
+#define XSP_NAME_UNSTABLE (UINT64_C(1) << 62)
+#endif
+void xsp_rec_begin_l(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
 
 /* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
  * (e.g. XSP_FLAG_ELIDE, below 64) into it.  Same guarantees as xsp_rec_begin. */
@@ -144,9 +166,10 @@ void xsp_rec_end_l(uint64_t key);
  * which the torch shim (C++) shares. */
 void xsp_rec_data(uint32_t sub, const void *data, uint32_t len);
 
-/* Tells the recorder that names passed with XSP_NAME_STABLE may have changed (an operator was
- * registered or deregistered): each is read again when next seen.  Thread-safe, lock-free,
- * cannot fail. */
+/* Tells the recorder that stable names (XSP_NAME_STABLE, xsp_rec_begin_l) may have changed (an operator was
+ * registered or deregistered): each is read again when next seen.  Thread-safe, cannot fail;
+ * takes the recorder's lock for a walk over the thread buffers (never on a recording path, and
+ * the lock is never held while the recorder calls out), so it may wait for a stop to finish. */
 void xsp_rec_names_changed(void);
 
 /* Optional calls made on the hot path for every span begun / ended while set: the GPU source

@@ -12,7 +12,8 @@
  *   begin  32 bytes: w0 ticks; w1 key | tag << 56 (tag: XSP_EV_BEGIN | level << 4 | kind,
  *          XSP_EV_NAME2 when w3's high half is the second name); w2 a0; w3 name id | (a1 as
  *          32 bits, or the second name's id) << 32
- *   end    16 bytes: w0 ticks; w1 key | (XSP_EV_END | flags) << 56
+ *   end    16 bytes: w0 ticks; w1 key | flags << 56 (XSP_EV_END is 0: the op exit stores the
+ *          key as it comes, below 2^56)
  *   data   16 bytes + the payload padded to 8: w0 ticks; w1 len | sub << 32 | XSP_EV_DATA << 56
  *          (sub: XSP_DATA_INPUTS, attached to the begin just before it; XSP_DATA_MEM, to the
  *          innermost open span; see recorder.h, xsp_rec_data)
@@ -47,8 +48,8 @@
 /* Event tags (top byte of an event's second word). */
 #define XSP_EV_BEGIN 0x80u         /* a begin; low bits: level << 4 | kind */
 #define XSP_EV_NAME2 0x40u         /* with XSP_EV_BEGIN: w3's high half is the second name */
-#define XSP_EV_END 0x40u           /* without XSP_EV_BEGIN: an end; low 6 bits: its flags */
-#define XSP_EV_DATA 0x20u          /* neither: a data event (its tag is exactly this) */
+#define XSP_EV_END 0x00u           /* neither bit 7 nor 6: an end; low 6 bits: its flags */
+#define XSP_EV_DATA 0x40u          /* without XSP_EV_BEGIN: a data event (exactly this tag) */
 #define XSP_EV_KEY_MASK ((UINT64_C(1) << 56) - 1)
 _Static_assert(XSP_NKINDS <= 16 && XSP_NLEVELS <= 4, "kind and level fit a begin's tag");
 
@@ -114,13 +115,17 @@ typedef struct xsp_hook_open {
 typedef struct xsp_tbuf {
     /* the hot path's fields, first */
     uint8_t *wp;                /* next free byte of the current log chunk */
-    uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
-    uint64_t fast_gen;          /* == g_gen (names_epoch << 32 | gen) when the fast path may
-                                 * run (buffer reset for the session, its stable name slots
-                                 * checked at the epoch, membarrier, no hooks, TSC clock, no
-                                 * chunk refused, no lost span open); 0 otherwise */
+    _Atomic(uint8_t *) flimit;  /* the fast paths run while wp < flimit: wend + 1 when they
+                                 * may (buffer reset for the session, its stable name slots
+                                 * checked at the names epoch, membarrier, no hooks, TSC clock,
+                                 * no chunk refused, no lost span open), NULL otherwise.  Set
+                                 * by the owner (fast_update, which checks g_gen again after
+                                 * the store); nulled by stop and by names_changed from any
+                                 * thread, after their g_gen bump (recorder.c, "The fast
+                                 * paths' limit") */
     _Atomic int busy;           /* 1 while the owner is inside a begin/end (see stop) */
     _Atomic int dead;           /* set when the owning thread has exited */
+    uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
     uint64_t gen;               /* session generation the contents belong to (g_gen's low
                                  * 32 bits) */
     uint32_t names_epoch;       /* names epoch (g_gen's high 32 bits) the stable slots of

@@ -29,11 +29,15 @@
 #define XSP_NAME_NUL ((size_t)-1)   /* rec_begin name_len: NUL-terminated, cache by pointer */
 #endif
 #ifndef XSP_NAME_STABLE
-#define XSP_NAME_STABLE 0x80u       /* rec_begin_l kind flag: the name's bytes stay put until
+#define XSP_NAME_STABLE 0x80u       /* rec_begin kind flag: the name's bytes stay put until
                                      * the next names_changed() (see recorder.h) */
 #endif
+#ifndef XSP_NAME_UNSTABLE
+#define XSP_NAME_UNSTABLE (UINT64_C(1) << 62)  /* ORed into rec_begin_l's name address when the
+                                     * bytes may change before names_changed() (recorder.h) */
+#endif
 /* The version of both tables (see the ABI rule above). */
-#define XSP_ABI_VERSION 6
+#define XSP_ABI_VERSION 7
 
 /* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
  * payload.  Part of the ABI between the core and the shim. */
@@ -57,10 +61,10 @@ typedef struct xsp_core_api {
     uint64_t (*rec_now)(void);
     int (*session_active)(void);
     /* xsp_rec_begin_l and xsp_rec_end_l, the shim's op entry and exit */
-    void (*rec_begin_l)(uint8_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
+    void (*rec_begin_l)(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
     void (*rec_end_l)(uint64_t key);
     /* xsp_rec_names_changed, called by the shim when an operator is registered or
-     * deregistered (see XSP_NAME_STABLE) */
+     * deregistered (see XSP_NAME_UNSTABLE) */
     void (*names_changed)(void);
     /* xsp_rec_data (recorder.h: an op's inputs, an allocation), and
      * xsp_inputs_set_dtype_names (inputs.h: the names torch prints for each ScalarType) */
@@ -70,6 +74,9 @@ typedef struct xsp_core_api {
      * pool thread from any other, asked once per new thread; fn returns an XSP_ROLE_*
      * (recorder.h: 0 plain, 1 intra-op) and sets *num */
     void (*set_thread_role_fn)(uint32_t (*fn)(uint32_t *num));
+    /* xsp_rec_set_forward_tid_fn (recorder.h): the shim's function that gives a backward
+     * node's forward thread id from the key rec_begin_l received for it */
+    void (*set_forward_tid_fn)(int64_t (*fn)(uint64_t key));
 } xsp_core_api;
 
 /* The other direction: the torch shim's table, exported by xsp._torch as the capsule

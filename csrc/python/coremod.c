@@ -46,6 +46,7 @@ static const xsp_core_api core_api = {
     .rec_data = xsp_rec_data,
     .set_dtype_names = xsp_inputs_set_dtype_names,
     .set_thread_role_fn = xsp_rec_set_thread_role_fn,
+    .set_forward_tid_fn = xsp_rec_set_forward_tid_fn,
 };
 
 static xsp_core_state *xsp_state(PyObject *mod)

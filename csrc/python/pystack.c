@@ -194,7 +194,7 @@ static int prof_cb(PyObject *obj, PyFrameObject *f, int what, PyObject *arg)
         return 0;
     uint64_t key = (uint64_t)(uintptr_t)f | FRAME_KEY_BIT;
     if (what == PyTrace_CALL)
-        xsp_rec_begin_l(XSP_KIND_PYTHON | XSP_NAME_STABLE, name, key, -1, 0);
+        xsp_rec_begin_l(XSP_KIND_PYTHON, name, key, -1, 0);
     else
         xsp_rec_end_l(key);
     return 0;

@@ -60,7 +60,7 @@ extern "C" {
 namespace {
 
 /* noexcept: the core's functions are C and cannot throw, so the callbacks can tail-call them */
-using begin_fn = void (*)(uint8_t, const char *, uint64_t, int64_t, int64_t) noexcept;
+using begin_fn = void (*)(uint32_t, const char *, uint64_t, int64_t, int64_t) noexcept;
 using end_fn = void (*)(uint64_t) noexcept;                 /* rec_end_l */
 using changed_fn = void (*)() noexcept;                     /* names_changed */
 using data_fn = void (*)(uint32_t, const void *, uint32_t) noexcept;   /* rec_data */
@@ -100,15 +100,15 @@ constexpr uint8_t kind_for(size_t scope) noexcept
  * the operator's registration, unchanged until the operator is deregistered) or a copy the
  * RecordFunction owns (user scopes, backward nodes, RECORD_FUNCTION with a string: freed at
  * its end, and its address soon reused for other bytes).  Only the first kind may skip the
- * core's byte comparison (XSP_NAME_STABLE), and only while no operator is registered or
+ * core's byte comparison (passed bare; the others carry XSP_NAME_UNSTABLE), and only while no operator is registered or
  * deregistered: a registration listener tells the core (names_changed) whenever one is.
  *
  * Which kind a RecordFunction holds is in its private member fn_ (a std::variant of the two).
  * It is read through a pointer to member obtained by explicit template instantiation, which
  * the standard exempts from access checking ([temp.spec.general]/6): no layout is assumed, the
  * compiler checks the member's name and type against the torch headers xsp is built with.
- * Torch versions whose fn_ we have not checked (XSP_TORCH_FN_CHECKED) use name() and never
- * pass XSP_NAME_STABLE.
+ * Torch versions whose fn_ we have not checked (XSP_TORCH_FN_CHECKED) use name() and pass
+ * every name with XSP_NAME_UNSTABLE.
  */
 #if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4
 #define XSP_TORCH_FN_CHECKED 1
@@ -129,18 +129,21 @@ template struct fn_steal<&at::RecordFunction::fn_>;
 #define XSP_TORCH_FN_CHECKED 0
 #endif
 
-/* The stable-name flag of a schema-named op (see "Stable names" above): ORed into the table
- * below, and taken out again for the names that are not schemas' */
-constexpr uint8_t kSchemaStable = XSP_TORCH_FN_CHECKED ? XSP_NAME_STABLE : 0;
+/* A name the core must compare at every sighting (see "Stable names" above): its address with
+ * XSP_NAME_UNSTABLE, which a schema's name, passed bare, does not carry */
+inline const char *unstable(const char *name) noexcept
+{
+    return reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(name) | XSP_NAME_UNSTABLE);
+}
 
-/* kind_for as a table over every value a RecordScope (an 8-bit enum) can hold, with the
- * stable-name flag of a schema's name: one load on the hot path, no compare */
+/* kind_for as a table over every value a RecordScope (an 8-bit enum) can hold: one load on the
+ * hot path, no compare */
 struct kind_table {
     uint8_t k[256];
     constexpr kind_table() : k()
     {
         for (size_t i = 0; i < 256; i++)
-            k[i] = static_cast<uint8_t>(kind_for(i) | kSchemaStable);
+            k[i] = kind_for(i);
     }
 };
 constexpr kind_table KINDS{};
@@ -169,7 +172,7 @@ private:
 /* true once the listener is registered (for the process's life: never removed, since the
  * dispatcher may outlive or predecease us at exit).  The first attach registers it before it
  * adds the callback (or fails without adding it), so every on_start runs with the listener in
- * place and may pass XSP_NAME_STABLE without checking.  Protected by g_lock. */
+ * place and may pass a schema's name bare without checking.  Protected by g_lock. */
 bool g_listening = false;
 
 /* The begin of every span: returns the op's schema when it has one (for the inputs). */
@@ -179,7 +182,7 @@ inline const c10::FunctionSchema *begin_span(const at::RecordFunction &fn) noexc
     try {
         begin_fn begin = g_begin.load(std::memory_order_relaxed);   /* set: see g_begin */
         at::RecordScope scope = fn.scope();
-        uint8_t kind = kind_of(scope);
+        uint32_t kind = kind_of(scope);
         const char *name;
 #if XSP_TORCH_FN_CHECKED
         const fn_variant &v = fn.*fn_member_of(fn_tag{});
@@ -187,16 +190,15 @@ inline const c10::FunctionSchema *begin_span(const at::RecordFunction &fn) noexc
             name = schema->get().name().c_str();
             schema_out = &schema->get();
         } else {
-            name = std::get<std::string>(v).c_str();
-            kind &= static_cast<uint8_t>(~XSP_NAME_STABLE);
+            name = unstable(std::get<std::string>(v).c_str());
         }
 #else
         name = fn.name();
-        if (name == nullptr)
-            name = "";
+        name = unstable(name != nullptr ? name : "");
 #endif
-        uint64_t tid = scope == at::RecordScope::BACKWARD_FUNCTION ? fn.forwardThreadId()
-                                                                   : fn.threadId();
+        /* a backward node's forward thread: the core asks forward_tid (below) in the slow
+         * path that every backward node's begin takes (its name is never stable) */
+        uint64_t tid = fn.threadId();
         /* level L, a NUL-terminated name: the core finds a name it saw at this address
          * without strlen or hashing, and compares the bytes unless the name is stable. */
         begin(kind, name, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn)), fn.seqNr(),
@@ -474,6 +476,14 @@ static uint32_t thread_role(uint32_t *num) noexcept
     return 1;   /* XSP_ROLE_INTRAOP */
 }
 
+/* The core's forward-thread function (recorder.h, xsp_forward_tid_fn): key is the address of
+ * the live RecordFunction of a backward node that on_start passed to rec_begin_l. */
+static int64_t forward_tid(uint64_t key) noexcept
+{
+    return static_cast<int64_t>(
+        reinterpret_cast<const at::RecordFunction *>(static_cast<uintptr_t>(key))->forwardThreadId());
+}
+
 extern "C" int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char *err,
                                 size_t errlen)
 {
@@ -516,6 +526,7 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char 
             g_data.store(reinterpret_cast<data_fn>(api->rec_data), std::memory_order_release);
         }
         api->set_thread_role_fn(thread_role);
+        api->set_forward_tid_fn(forward_tid);
         /* the C functions cannot throw: their noexcept pointer types say so */
         g_begin.store(reinterpret_cast<begin_fn>(api->rec_begin_l), std::memory_order_release);
         g_end.store(reinterpret_cast<end_fn>(api->rec_end_l), std::memory_order_release);

@@ -498,6 +498,12 @@ static void test_name_cache(void)
     xsp_trace_free(t);
 }
 
+/* name | XSP_NAME_UNSTABLE: xsp_rec_begin_l's name argument for a name that is not stable */
+static const char *unstable(const char *name)
+{
+    return (const char *)((uintptr_t)name | XSP_NAME_UNSTABLE);
+}
+
 /* The torch shim's op entry and exit, xsp_rec_begin_l/xsp_rec_end_l, give the same records as
  * the general entries, interleaved with their spans: names seen again at an address (stable or
  * not) are found, names at a reused address are read again, an operator registration (names
@@ -505,11 +511,19 @@ static void test_name_cache(void)
  * thousands of ops cross log chunks.  fake: under the fake clock (exact times; the slow paths,
  * since the fast paths need the TSC); else the real clock (the fast paths where the TSC is the
  * clock; times checked for order and nesting). */
-static void op_entry(int fake)
+/* The forward-thread function op_entry(fwd) sets: key 8 (its backward node) ran its forward on
+ * the thread with RecordFunction id 2^32-1. */
+static int fwd_calls = 0;
+static int64_t fwd_of(uint64_t key)
+{
+    fwd_calls++;
+    return key == 8 ? INT64_C(0xFFFFFFFF) : -1;
+}
+
+static void op_entry(int fake, int fwd)
 {
     char buf[16] = "aten::add";
     char err[256];
-    const uint8_t S = XSP_NAME_STABLE;
     if (fake)
         xsp_clock_set_fake(100, 1);
     CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);                 /* 100 */
@@ -518,23 +532,30 @@ static void op_entry(int fake)
     uint64_t top = UINT64_C(0xAB) << 56;          /* dropped: keys keep their low 56 bits */
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::linear", 12, NULL, 0, top | 3,
                   INT64_C(1) << 40, 7);                                   /* 103 */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 4, 9, 7);                       /* 104, miss */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 4, 9, 7);                       /* 104, miss */
     xsp_rec_end_l(4);                                                     /* 105 */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 5, 10, 7);                      /* 106, hit */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 5, 10, 7);                      /* 106, hit */
     xsp_rec_end_l(5);                                                     /* 107 */
     strcpy(buf, "aten::mul");                     /* same address, other bytes */
     xsp_rec_names_changed();                      /* as the shim's registration listener */
-    xsp_rec_begin_l(XSP_KIND_OP | S, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
+    xsp_rec_begin_l(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
     xsp_rec_end_l(6);                                                     /* 109 */
     xsp_rec_end(3, 0);                            /* top bits differ: still its end, 110 */
-    xsp_rec_begin_l(XSP_KIND_BACKWARD, "MulBackward0", 8, 11, 0xFFFFFFFFu);  /* 111 */
+    /* fwd: as the shim, the backward node's own thread id, and the core asks fwd_of */
+    if (fwd)
+        xsp_rec_set_forward_tid_fn(fwd_of);
+    fwd_calls = 0;
+    xsp_rec_begin_l(XSP_KIND_BACKWARD, unstable("MulBackward0"), 8, 11,
+                    fwd ? 77 : 0xFFFFFFFFu);                               /* 111 */
+    xsp_rec_set_forward_tid_fn(NULL);
+    CHECK_EQ_U(fwd_calls, fwd ? 1 : 0);
     xsp_rec_end_l(8);                                                     /* 112 */
     xsp_rec_end(2, 0);                                                    /* 113 */
     const uint64_t n = 10000;                     /* 3 log chunks of ops */
     char scope[16] = "scope";                     /* not stable: compared at every sighting */
     for (uint64_t i = 0; i < n; i++) {
-        xsp_rec_begin_l(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP | S,
-                        i % 100 == 0 ? scope : "aten::relu", 100 + i, (int64_t)i, 1);
+        xsp_rec_begin_l(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP,
+                        i % 100 == 0 ? unstable(scope) : "aten::relu", 100 + i, (int64_t)i, 1);
         xsp_rec_end_l(100 + i);
     }
     xsp_rec_end(1, 0);
@@ -587,8 +608,10 @@ static void op_entry(int fake)
 
 static void test_op_entry(void)
 {
-    op_entry(1);
-    op_entry(0);
+    op_entry(1, 0);
+    op_entry(0, 0);
+    op_entry(1, 1);
+    op_entry(0, 1);
     if (!atomic_load(&xsp_clock_rdtsc))
         printf("  note: the TSC is not the clock here: the op entry's fast path was not run\n");
 }
@@ -608,17 +631,68 @@ static void hk_pop_fn(void)
     hk_pop++;
 }
 
+/* A stable name is read again on every thread after names_changed, called from another thread:
+ * the caller nulls each buffer's fast-path limit (recorder.c, "The fast paths' limit"), so the
+ * owner's next op entry takes the slow path, which marks its slots to be compared again.
+ * Thread w records "aten::add" at buf twice (the second a cache hit on the fast path where the
+ * TSC is the clock), then, after the main thread has rewritten buf and called names_changed,
+ * once more: that span must read "aten::mul". */
+typedef struct names_arg {
+    char *buf;
+    pthread_barrier_t *bar;
+} names_arg;
+
+static void *names_worker(void *p)
+{
+    names_arg *a = p;
+    for (uint64_t k = 1; k <= 2; k++) {
+        xsp_rec_begin_l(XSP_KIND_OP, a->buf, k, 0, 1);
+        xsp_rec_end_l(k);
+    }
+    pthread_barrier_wait(a->bar);   /* the main thread changes the name */
+    pthread_barrier_wait(a->bar);
+    xsp_rec_begin_l(XSP_KIND_OP, a->buf, 3, 0, 1);
+    xsp_rec_end_l(3);
+    return NULL;
+}
+
+static void test_names_changed_other_thread(void)
+{
+    char buf[16] = "aten::add";
+    char err[256];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    names_arg a = {buf, &bar};
+    CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, names_worker, &a) == 0);
+    pthread_barrier_wait(&bar);
+    strcpy(buf, "aten::mul");
+    xsp_rec_names_changed();
+    pthread_barrier_wait(&bar);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&bar);
+    xsp_trace *t = stop();
+    if (!t)
+        return;
+    CHECK_EQ_U(t->n_spans, 3);
+    static const char *names[] = {"aten::add", "aten::add", "aten::mul"};
+    for (uint32_t i = 0; i < 3 && i < t->n_spans; i++)
+        CHECK(strcmp(span_name(t, i), names[i]) == 0);
+    xsp_trace_free(t);
+}
+
 static void test_op_entry_hooks(void)
 {
     char err[256];
     xsp_span_hooks hooks = {hk_push_fn, hk_pop_fn};
     CHECK(xsp_rec_set_hooks(&hooks) == 0);
     CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::linear", 1, 0, 1);
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 2, 1, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::linear", 1, 0, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::addmm", 2, 1, 1);
     xsp_rec_end_l(2);
     xsp_rec_end_l(77);                    /* not open: no pop */
-    xsp_rec_begin_l(XSP_KIND_OP | XSP_NAME_STABLE, "aten::addmm", 3, 2, 1);
+    xsp_rec_begin_l(XSP_KIND_OP, "aten::addmm", 3, 2, 1);
     xsp_rec_end_l(1);                     /* closes 3 (forced) and 1: two pops */
     xsp_trace *t = stop();
     CHECK(xsp_rec_set_hooks(NULL) == 0);
@@ -1036,6 +1110,7 @@ int main(void)
 {
     test_name_cache();
     test_op_entry();
+    test_names_changed_other_thread();
     test_op_entry_hooks();
     test_real_clock();
     test_fake_clock_signal();
