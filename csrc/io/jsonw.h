@@ -1,10 +1,10 @@
 /*
- * jsonw.h: a streaming JSON text writer, the one layer the Kineto and Chrome exporters
- * (kinetow.c, chromew.c) share.
+ * jsonw.h: a streaming JSON text writer, the one layer the Kineto, Chrome and OTLP exporters
+ * (kinetow.c, chromew.c, otlpw.c) share.
  *
  * Text goes into a fixed buffer that is flushed to a file descriptor (deflated on the way when
  * gzip is asked: a gzip member of its own, mtime 0), so memory stays bounded whatever the size
- * of the trace.  Errors are sticky: the first failing write(2) or deflate call is remembered,
+ * of the trace; the file's writeback to disk is started as it grows (jsonw.c).  Errors are sticky: the first failing write(2) or deflate call is remembered,
  * every later call does nothing, and xsp_jsonw_close reports it; the exporters therefore never
  * check a return value in their loops.
  *
