@@ -268,39 +268,55 @@ def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=
     start = [t + offset for t in trace.start_ns.view(np.uint64).tolist()]
     end = [t + offset for t in trace.end_ns.view(np.uint64).tolist()]
     names = [printable(s) for s in trace.strings]
-    threads = [(int(tid), printable(name or "")) for tid, name, _k in trace.threads]
     name_codes, kind_codes = trace.name_codes.tolist(), trace.kind_codes.tolist()
     level_codes, thread_index = trace.level_codes.tolist(), trace.thread_index.tolist()
     flags = trace.flag_bits.tolist()
+    named = {KINDS.index("model"), KINDS.index("module")}
+    # the attributes every span of a (level, kind, track) starts with, in their order, made
+    # once and copied (xsp.span_id set in its place)
+    tracks = [{"xsp.thread": _value(int(tid)), "xsp.thread_name": printable(name or "")}
+              for tid, name, _k in trace.threads]
+    first = {}
+    keys = {}                       # xsp attribute key -> its OTLP name before renaming
+    attrs_of, internal = trace.attrs_of, api.SpanKind.INTERNAL
+    parent_attrs = {"xsp.link": "parent"}
     out = []
     for i in range(n):
-        kind = KINDS[kind_codes[i]]
-        tid, tname = threads[thread_index[i]]
-        attrs = {"xsp.level": LEVELS[level_codes[i]], "xsp.kind": kind, "xsp.span_id": i,
-                 "xsp.thread": _value(tid)}
-        if tname:
-            attrs["xsp.thread_name"] = tname
-        if kind in ("model", "module"):
+        lk = (level_codes[i], kind_codes[i], thread_index[i])
+        base_attrs = first.get(lk)
+        if base_attrs is None:
+            th = tracks[lk[2]]
+            base_attrs = {"xsp.level": LEVELS[lk[0]], "xsp.kind": KINDS[lk[1]],
+                          "xsp.span_id": 0, "xsp.thread": th["xsp.thread"]}
+            if th["xsp.thread_name"]:
+                base_attrs["xsp.thread_name"] = th["xsp.thread_name"]
+            first[lk] = base_attrs
+        attrs = base_attrs.copy()
+        attrs["xsp.span_id"] = i
+        if lk[1] in named:
             attrs["xsp.module"] = names[name_codes[i]]
         if flags[i]:
             attrs["xsp.flags"] = flags[i]
         if i in leveled:
             attrs["xsp.leveled_ns"] = float(leveled[i])
-        for k, v in trace.attrs_of(i).items():
-            key = "xsp." + printable(k)
+        for k, v in attrs_of(i).items():
+            key = keys.get(k)
+            if key is None:
+                key = keys[k] = "xsp." + printable(k)
             while key in attrs:
                 key = "xsp.attr." + key[len("xsp."):]
-            attrs[key] = _value(v)
+            # the trace's values: int64, float or str (_value's cases that can occur)
+            attrs[key] = printable(v) if v.__class__ is str else v
         p = parents[i]
         parent, links = None, ()
         if p >= 0:
             if trace_of[p] == trace_of[i]:
                 parent = ctx[p]
             else:                   # a step span under the region: its own trace's root
-                links = (api.Link(ctx[p], {"xsp.link": "parent"}),)
+                links = (api.Link(ctx[p], parent_attrs),)
         out.append(ReadableSpan(names[name_codes[i]], context=ctx[i], parent=parent,
                                 resource=res, attributes=attrs, links=links,
-                                kind=api.SpanKind.INTERNAL, start_time=start[i],
+                                kind=internal, start_time=start[i],
                                 end_time=end[i], instrumentation_scope=scope))
     return out
 
