@@ -269,7 +269,8 @@ def test_otlp_attribute_names_and_edge_values(tmp_path):
 
 
 def test_otlp_write_needs_no_opentelemetry(tmp_path):
-    """The C writer makes the OTLP/JSON file without the OpenTelemetry packages."""
+    """The C writer makes the OTLP/JSON file without the OpenTelemetry packages; xsp.save
+    writes .otlp.json.gz as gzip-compressed OTLP/JSON (not Kineto's, as .json.gz is)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -277,7 +278,10 @@ def test_otlp_write_needs_no_opentelemetry(tmp_path):
             "import json, xsp\n"
             "tr = xsp.Trace.from_spans([{'name': 'a', 'kind': 'op', 'start_ns': 1, "
             "'end_ns': 2}], meta={'clock.wall_offset_ns': 5})\n"
+            "import gzip\n"
             "xsp.save(tr, sys.argv[1], trace_id=3)\n"
+            "xsp.save(tr, sys.argv[1] + '.gz', trace_id=3)\n"
+            "assert json.load(gzip.open(sys.argv[1] + '.gz')) == json.load(open(sys.argv[1]))\n"
             "sp = json.load(open(sys.argv[1]))['resourceSpans'][0]['scopeSpans'][0]['spans']\n"
             "print(sp[0]['traceId'], sp[0]['startTimeUnixNano'], sp[0]['endTimeUnixNano'])\n")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.otlp.json")], cwd=root,
