@@ -162,6 +162,18 @@ void xsp_jsonw_raw(xsp_jsonw *w, const char *s, size_t n)
     }
 }
 
+char *xsp_jsonw_reserve(xsp_jsonw *w, size_t n)
+{
+    if (BUF - w->n < n)
+        flush(w, 0);
+    return (char *)w->buf + w->n;
+}
+
+void xsp_jsonw_commit(xsp_jsonw *w, size_t k)
+{
+    w->n += k;
+}
+
 void xsp_jsonw_lit(xsp_jsonw *w, const char *s)
 {
     xsp_jsonw_raw(w, s, strlen(s));

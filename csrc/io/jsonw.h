@@ -45,6 +45,15 @@ int xsp_jsonw_failed(const xsp_jsonw *w);
  * failure is sticky, reported by close), as every writer below. */
 void xsp_jsonw_raw(xsp_jsonw *w, const char *s, size_t n);
 
+/* Room for up to n bytes (n <= XSP_JSONW_RESERVE) of text that the caller formats in place and
+ * then hands over with xsp_jsonw_commit(w, k), k <= n, before any other call on w: the
+ * writers' fast path for the fixed parts of a record (one call instead of one per piece).
+ * Flushes first when the buffer has less room.  Cannot fail (after a failure the room is
+ * still there; what is committed is dropped, as everything after a failure). */
+#define XSP_JSONW_RESERVE 4096
+char *xsp_jsonw_reserve(xsp_jsonw *w, size_t n);
+void xsp_jsonw_commit(xsp_jsonw *w, size_t k);
+
 /* A NUL-terminated literal, as xsp_jsonw_raw. */
 void xsp_jsonw_lit(xsp_jsonw *w, const char *s);
 

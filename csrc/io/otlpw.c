@@ -118,26 +118,6 @@ static const char *str_of(const xsp_trace *t, uint32_t id, size_t *n)
     return s;
 }
 
-static void hex(xsp_jsonw *w, uint64_t v)
-{
-    static const char digits[] = "0123456789abcdef";
-    char b[16];
-    for (int i = 15; i >= 0; i--, v >>= 4)
-        b[i] = digits[v & 15];
-    xsp_jsonw_raw(w, b, 16);
-}
-
-/* "traceId":"..","spanId":".." */
-static void ids(xsp_jsonw *w, const xsp_otlp_cols *c, uint32_t trace, uint64_t span)
-{
-    xsp_jsonw_lit(w, "\"traceId\":\"");
-    hex(w, c->trace_hi[trace]);
-    hex(w, c->trace_lo[trace]);
-    xsp_jsonw_lit(w, "\",\"spanId\":\"");
-    hex(w, span);
-    xsp_jsonw_raw(w, "\"", 1);
-}
-
 /* {"key":<key>,"value":{ -- the key a literal needing no escapes */
 static void key_lit(xsp_jsonw *w, int first, const char *key)
 {
@@ -181,10 +161,18 @@ static int same_key(const xsp_trace *t, uint32_t a, uint32_t b)
     return na == nb && memcmp(sa, sb, na) == 0;
 }
 
-/* The span's own attributes, after the ones xsp sets (already in k); -1 on allocation
- * failure. */
-static int own_attrs(xsp_jsonw *w, const xsp_trace *t, const xsp_span *s, keys *k)
+/* The span's own attributes, after the ones xsp sets (own: their names, n_own of them); -1 on
+ * allocation failure. */
+static int own_attrs(xsp_jsonw *w, const xsp_trace *t, const xsp_span *s, keys *k,
+                     const char *const *own, unsigned n_own)
 {
+    if (!s->attr_n)
+        return 0;
+    k->n = 0;
+    k->used = 0;
+    for (unsigned j = 0; j < n_own; j++)
+        if (keys_add(k, own[j], 0, "", 0) < 0)
+            return -1;
     const xsp_attr *at = t->attrs + s->attr_off;
     for (uint32_t j = 0; j < s->attr_n; j++) {
         int seen = 0;                   /* a dict keeps a key's first place, its last value */
@@ -222,72 +210,93 @@ static int own_attrs(xsp_jsonw *w, const xsp_trace *t, const xsp_span *s, keys *
     return 0;
 }
 
-/* The attributes of span i, as otlp.spans() inserts them. */
+/* Formatting into room from xsp_jsonw_reserve: each returns the end of what it wrote. */
+#define PUT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+static char *put_str(char *p, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static char *put_hex(char *p, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        p[i] = digits[v & 15];
+    return p + 16;
+}
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int k = 20;
+    do {
+        tmp[--k] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(p, tmp + k, (size_t)(20 - k));
+    return p + (20 - k);
+}
+
+/* "traceId":"..","spanId":".." */
+static char *put_ids(char *p, const xsp_otlp_cols *c, uint32_t trace, uint64_t span)
+{
+    p = PUT(p, "\"traceId\":\"");
+    p = put_hex(p, c->trace_hi[trace]);
+    p = put_hex(p, c->trace_lo[trace]);
+    p = PUT(p, "\",\"spanId\":\"");
+    p = put_hex(p, span);
+    return PUT(p, "\"");
+}
+
+/* The attributes of span i, as otlp.spans() inserts them; -1 on allocation failure. */
 static int attrs(xsp_jsonw *w, const xsp_trace *t, uint32_t i, const double *lev, keys *k)
 {
     const xsp_span *s = &t->spans[i];
-    k->n = 0;
-    k->used = 0;
-    const char *level = xsp_level_name(s->level), *kind = xsp_kind_name(s->kind);
-    key_lit(w, 1, "xsp.level");
-    str_value(w, level, strlen(level));
-    key_lit(w, 0, "xsp.kind");
-    str_value(w, kind, strlen(kind));
-    key_lit(w, 0, "xsp.span_id");
-    int_value(w, i);
+    const char *own[8] = {"xsp.level", "xsp.kind", "xsp.span_id", "xsp.thread"};
+    unsigned n_own = 4;
     uint64_t tid = t->threads[s->thread].tid;
-    key_lit(w, 0, "xsp.thread");
-    if (tid < (uint64_t)1 << 63)
-        int_value(w, (int64_t)tid);
-    else {
-        char dec[24];
-        int d = 24;
-        do {
-            dec[--d] = (char)('0' + tid % 10);
-            tid /= 10;
-        } while (tid);
-        str_value(w, dec + d, (size_t)(24 - d));
-    }
-    if (keys_add(k, "xsp.level", 0, "", 0) < 0 || keys_add(k, "xsp.kind", 0, "", 0) < 0
-        || keys_add(k, "xsp.span_id", 0, "", 0) < 0 || keys_add(k, "xsp.thread", 0, "", 0) < 0)
-        return -1;
+    char *b = xsp_jsonw_reserve(w, 512), *p = b;
+    p = PUT(p, "{\"key\":\"xsp.level\",\"value\":{\"stringValue\":\"");
+    p = put_str(p, xsp_level_name(s->level));
+    p = PUT(p, "\"}},{\"key\":\"xsp.kind\",\"value\":{\"stringValue\":\"");
+    p = put_str(p, xsp_kind_name(s->kind));
+    p = PUT(p, "\"}},{\"key\":\"xsp.span_id\",\"value\":{\"intValue\":\"");
+    p = put_u64(p, i);
+    p = PUT(p, "\"}},{\"key\":\"xsp.thread\",\"value\":{\"");
+    if (tid < (uint64_t)1 << 63)        /* int64; past it, its decimal text */
+        p = PUT(p, "intValue\":\"");
+    else
+        p = PUT(p, "stringValue\":\"");
+    p = put_u64(p, tid);
+    p = PUT(p, "\"}}");
+    xsp_jsonw_commit(w, (size_t)(p - b));
     size_t n;
     const char *tname = str_of(t, t->threads[s->thread].name, &n);
     if (n) {
         key_lit(w, 0, "xsp.thread_name");
         str_value(w, tname, n);
-        if (keys_add(k, "xsp.thread_name", 0, "", 0) < 0)
-            return -1;
+        own[n_own++] = "xsp.thread_name";
     }
     if (s->kind == XSP_KIND_MODEL || s->kind == XSP_KIND_MODULE) {
         const char *name = str_of(t, s->name, &n);
         key_lit(w, 0, "xsp.module");
         str_value(w, name, n);
-        if (keys_add(k, "xsp.module", 0, "", 0) < 0)
-            return -1;
+        own[n_own++] = "xsp.module";
     }
     if (s->flags) {
         key_lit(w, 0, "xsp.flags");
         int_value(w, s->flags);
-        if (keys_add(k, "xsp.flags", 0, "", 0) < 0)
-            return -1;
+        own[n_own++] = "xsp.flags";
     }
     if (lev) {
         key_lit(w, 0, "xsp.leveled_ns");
         double_value(w, *lev);
-        if (keys_add(k, "xsp.leveled_ns", 0, "", 0) < 0)
-            return -1;
+        own[n_own++] = "xsp.leveled_ns";
     }
-    return own_attrs(w, t, s, k);
-}
-
-static void time_field(xsp_jsonw *w, const char *field, uint64_t ns)
-{
-    if (!ns)                        /* protobuf's JSON mapping leaves a default value out */
-        return;
-    xsp_jsonw_lit(w, field);
-    xsp_jsonw_uint(w, ns);
-    xsp_jsonw_raw(w, "\"", 1);
+    return own_attrs(w, t, s, k, own, n_own);
 }
 
 int xsp_otlp_write_spans(xsp_jsonw *w, const xsp_trace *t, const xsp_otlp_cols *c)
@@ -309,23 +318,37 @@ int xsp_otlp_write_spans(xsp_jsonw *w, const xsp_trace *t, const xsp_otlp_cols *
         }
         /* the same trace: the same id (as the reference compares them), not the same index */
         int same = c->trace_hi[ptr] == c->trace_hi[tr] && c->trace_lo[ptr] == c->trace_lo[tr];
-        xsp_jsonw_lit(w, i ? ",{" : "{");
-        ids(w, c, tr, c->span_base + i);
+        char *b = xsp_jsonw_reserve(w, 256), *o = b;
+        o = i ? PUT(o, ",{") : PUT(o, "{");
+        o = put_ids(o, c, tr, c->span_base + i);
         if (has_parent && same) {
-            xsp_jsonw_lit(w, ",\"parentSpanId\":\"");
-            hex(w, c->span_base + p);
-            xsp_jsonw_raw(w, "\"", 1);
+            o = PUT(o, ",\"parentSpanId\":\"");
+            o = put_hex(o, c->span_base + p);
+            o = PUT(o, "\"");
         }
+        xsp_jsonw_commit(w, (size_t)(o - b));
         size_t n;
         const char *name = str_of(t, s->name, &n);
         if (n) {
             xsp_jsonw_lit(w, ",\"name\":");
             xsp_jsonw_str(w, name, n);
         }
-        xsp_jsonw_lit(w, ",\"kind\":1");
-        time_field(w, ",\"startTimeUnixNano\":\"", s->start_ns + c->offset);
-        time_field(w, ",\"endTimeUnixNano\":\"", s->end_ns + c->offset);
-        xsp_jsonw_lit(w, ",\"attributes\":[");
+        /* protobuf's JSON mapping leaves a default value out: a time of 0 */
+        uint64_t start = s->start_ns + c->offset, end = s->end_ns + c->offset;
+        b = xsp_jsonw_reserve(w, 256);
+        o = PUT(b, ",\"kind\":1");
+        if (start) {
+            o = PUT(o, ",\"startTimeUnixNano\":\"");
+            o = put_u64(o, start);
+            o = PUT(o, "\"");
+        }
+        if (end) {
+            o = PUT(o, ",\"endTimeUnixNano\":\"");
+            o = put_u64(o, end);
+            o = PUT(o, "\"");
+        }
+        o = PUT(o, ",\"attributes\":[");
+        xsp_jsonw_commit(w, (size_t)(o - b));
         while (lev_cur < c->n_lev && c->lev_id[lev_cur] < (int64_t)i)
             lev_cur++;
         const double *lev = lev_cur < c->n_lev && c->lev_id[lev_cur] == (int64_t)i
@@ -334,14 +357,16 @@ int xsp_otlp_write_spans(xsp_jsonw *w, const xsp_trace *t, const xsp_otlp_cols *
             rc = -1;
             break;
         }
-        xsp_jsonw_raw(w, "]", 1);
-        if (has_parent && !same) {  /* a step span: its own trace's root, linked */
-            xsp_jsonw_lit(w, ",\"links\":[{");
-            ids(w, c, ptr, c->span_base + p);
-            xsp_jsonw_lit(w, ",\"attributes\":[{\"key\":\"xsp.link\",\"value\":{\"stringValue\":"
-                             "\"parent\"}}],\"flags\":256}]");
+        b = xsp_jsonw_reserve(w, 512);
+        o = PUT(b, "]");
+        if (has_parent && !same) {      /* a step span: its own trace's root, linked */
+            o = PUT(o, ",\"links\":[{");
+            o = put_ids(o, c, ptr, c->span_base + p);
+            o = PUT(o, ",\"attributes\":[{\"key\":\"xsp.link\",\"value\":{\"stringValue\":"
+                       "\"parent\"}}],\"flags\":256}]");
         }
-        xsp_jsonw_lit(w, ",\"status\":{},\"flags\":256}");
+        o = PUT(o, ",\"status\":{},\"flags\":256}");
+        xsp_jsonw_commit(w, (size_t)(o - b));
     }
     free(k.buf);
     free(k.e);

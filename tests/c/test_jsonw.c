@@ -322,8 +322,58 @@ static void w_otlp_bad_index(xsp_jsonw *w)
     CHECK(xsp_otlp_write_spans(w, W_TRACE, &c) == -1);
 }
 
+static xsp_trace *BIG_TRACE;
+
+static void w_otlp_big(xsp_jsonw *w)
+{
+    xsp_otlp_cols c = {.span_base = 1, .n_traces = 1, .trace_hi = HI, .trace_lo = LO};
+    xsp_jsonw_lit(w, "[");
+    CHECK(xsp_otlp_write_spans(w, BIG_TRACE, &c) == 0);
+    xsp_jsonw_lit(w, "]");
+}
+
+/* 5000 spans (about 2 MB of text, the 256 KB buffer flushed many times under the writer's
+ * reserved records), plain and gzip: every span once, in order, the text whole. */
+static void otlp_big(void)
+{
+    BIG_TRACE = xsp_trace_new();
+    xsp_trace_add_thread(BIG_TRACE, 7, "main", 0);
+    span(BIG_TRACE, 0, 1u << 30, XSP_NO_PARENT, "region", XSP_LEVEL_M, XSP_KIND_REGION, 0);
+    for (uint32_t i = 1; i < 5000; i++) {
+        span(BIG_TRACE, i, i + 1, 0, "aten::add_", XSP_LEVEL_L, XSP_KIND_OP, 0);
+        attr_i(BIG_TRACE, "seq", i);
+    }
+    for (int gz = 0; gz < 2; gz++) {
+        size_t n;
+        char *o = capture(w_otlp_big, gz, &n);
+        CHECK(n > 2u << 20 && o[0] == '[' && o[n - 2] == '}' && o[n - 1] == ']');
+        const char *at = o;
+        uint32_t seen = 0;
+        char want[64];
+        for (;;) {
+            snprintf(want, sizeof want, "\"spanId\":\"%016x\"", seen + 1);
+            const char *q = strstr(at, "\"spanId\":\"");
+            if (!q)
+                break;
+            if (strncmp(q, want, strlen(want)) != 0)
+                break;
+            at = q + 1;
+            seen++;
+        }
+        CHECK(seen == 5000);
+        check_has(o, "{\"key\":\"xsp.span_id\",\"value\":{\"intValue\":\"4999\"}},{\"key\":"
+                     "\"xsp.thread\",\"value\":{\"intValue\":\"7\"}},{\"key\":"
+                     "\"xsp.thread_name\",\"value\":{\"stringValue\":\"main\"}},{\"key\":"
+                     "\"xsp.seq\",\"value\":{\"intValue\":\"4999\"}}],\"status\":{},"
+                     "\"flags\":256}]");
+        free(o);
+    }
+    xsp_trace_free(BIG_TRACE);
+}
+
 static void otlp_writer(void)
 {
+    otlp_big();
     size_t n;
     char *o = capture(w_otlp, 0, &n);
     /* the region: the profile's trace, no parent, time 1000 + offset = 0 left out */
