@@ -414,8 +414,9 @@ def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, 
 
     The SDK's exporter retries what is transient (connection errors, HTTP 429, 502, 503, 504)
     with backoff; `timeout` bounds the time spent on the collector, every batch and retry
-    together (connecting, sending, waiting for answers and between retries); encoding the
-    spans, about 0.1 ms a span with the SDK's encoder, comes on top.  When a batch fails,
+    together (connecting, sending, waiting for answers and between retries); making and
+    encoding the spans, about 55 us a span (the SDK's encoder 47 of them; docs/performance.md),
+    comes on top.  When a batch fails,
     raises ExportError (a RuntimeError) naming the endpoint, how many spans of how many were
     sent (the batches before it) and what failed (connection refused, the HTTP status, no
     answer within the timeout); the exporter's own log lines are kept out of the log
