@@ -118,10 +118,10 @@ static const char *str_of(const xsp_trace *t, uint32_t id, size_t *n)
     return s;
 }
 
-/* {"key":<key>,"value":{ -- the key a literal needing no escapes */
-static void key_lit(xsp_jsonw *w, int first, const char *key)
+/* ,{"key":<key>,"value":{ -- the key a literal needing no escapes */
+static void key_lit(xsp_jsonw *w, const char *key)
 {
-    xsp_jsonw_lit(w, first ? "{\"key\":\"" : ",{\"key\":\"");
+    xsp_jsonw_lit(w, ",{\"key\":\"");
     xsp_jsonw_lit(w, key);
     xsp_jsonw_lit(w, "\",\"value\":{");
 }
@@ -276,23 +276,23 @@ static int attrs(xsp_jsonw *w, const xsp_trace *t, uint32_t i, const double *lev
     size_t n;
     const char *tname = str_of(t, t->threads[s->thread].name, &n);
     if (n) {
-        key_lit(w, 0, "xsp.thread_name");
+        key_lit(w, "xsp.thread_name");
         str_value(w, tname, n);
         own[n_own++] = "xsp.thread_name";
     }
     if (s->kind == XSP_KIND_MODEL || s->kind == XSP_KIND_MODULE) {
         const char *name = str_of(t, s->name, &n);
-        key_lit(w, 0, "xsp.module");
+        key_lit(w, "xsp.module");
         str_value(w, name, n);
         own[n_own++] = "xsp.module";
     }
     if (s->flags) {
-        key_lit(w, 0, "xsp.flags");
+        key_lit(w, "xsp.flags");
         int_value(w, s->flags);
         own[n_own++] = "xsp.flags";
     }
     if (lev) {
-        key_lit(w, 0, "xsp.leveled_ns");
+        key_lit(w, "xsp.leveled_ns");
         double_value(w, *lev);
         own[n_own++] = "xsp.leveled_ns";
     }
