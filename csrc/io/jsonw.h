@@ -4,9 +4,10 @@
  *
  * Text goes into a fixed buffer that is flushed to a file descriptor (deflated on the way when
  * gzip is asked: a gzip member of its own, mtime 0), so memory stays bounded whatever the size
- * of the trace; the file's writeback to disk is started as it grows (jsonw.c).  Errors are sticky: the first failing write(2) or deflate call is remembered,
- * every later call does nothing, and xsp_jsonw_close reports it; the exporters therefore never
- * check a return value in their loops.
+ * of the trace; the file's writeback to disk is started as it grows (jsonw.c).  Errors are
+ * sticky: the first failing write(2) or deflate call is remembered, every later call does
+ * nothing, and xsp_jsonw_close reports it; the exporters therefore never check a return value
+ * in their loops.
  *
  * The text is always valid UTF-8 JSON, written as xsp's Python writers wrote it (so json.load of
  * either is the same value):

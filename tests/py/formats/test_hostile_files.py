@@ -69,7 +69,8 @@ def roundtrip(tr, path):
 def exporters(tr, tmp_path, html=True):
     """Every exporter of a Trace, by name: xsp.save in every format (the .xsp file loaded back
     equal; Kineto's JSON plain and gzip, the Chrome trace, OTLP/JSON plain and gzip), the OTLP
-    spans (with xsp[otlp] installed), the text report and (with html) the HTML report and fragment."""
+    spans (with xsp[otlp] installed), the text report and (with html) the HTML report and
+    fragment."""
     at = lambda name: str(tmp_path / name)          # noqa: E731
     out = [
         ("save/load .xsp", lambda: roundtrip(tr, at("t.xsp"))),

@@ -2,10 +2,11 @@
 chromew.c, otlpw.c over jsonw.c) against the Python writers they replaced
 (kineto._reference_write, chrome._reference_write, otlp._reference_write: the OpenTelemetry
 SDK's encoder and protobuf's JSON mapping, with xsp[otlp] installed; OTLP with one trace id
-per profile and per step, a fixed trace id): for every kind of trace the other tests build (real profiles with
-shapes and memory, a training loop with steps, the level-G trace make ctest writes, a loaded
-torch.profiler trace, a Measurement's leveled latencies, intra-op threads, every hostile trace
-of test_hostile_files.py), json.load of the two files is the same value.  Also gzip and the
+per profile and per step, a fixed trace id): for every kind of trace the other tests build
+(real profiles with shapes and memory, a training loop with steps, the level-G trace make
+ctest writes, a loaded torch.profiler trace, a Measurement's leveled latencies, intra-op
+threads, every hostile trace of test_hostile_files.py), json.load of the two files is the
+same value.  Also gzip and the
 atomic write (nothing left beside the file, a failure leaves what was there)."""
 import functools
 import glob
