@@ -13,8 +13,8 @@
  * descriptor, not closed; gzip-compressed when gzip is true) with the GIL released.  cols: a
  * dict of the columns of xsp_kineto_cols / xsp_chrome_cols / xsp_otlp_cols by field name
  * (numpy arrays, C-contiguous, of the field's type and length; lists of bytes or None).
- * Returns None, or NULL with OSError (the write's errno), MemoryError, TypeError or ValueError (a column of the
- * wrong type or length, naming it) raised. */
+ * Returns None, or NULL with OSError (the write's errno), MemoryError, TypeError or
+ * ValueError (a column of the wrong type or length, naming it) raised. */
 PyObject *xsp_py_write_kineto(PyTypeObject *tracedata_type, PyObject *args);
 PyObject *xsp_py_write_chrome(PyTypeObject *tracedata_type, PyObject *args);
 /* write_otlp's columns: span_base and offset (ints, 0 to 2**64-1), trace_hi and trace_lo
