@@ -54,7 +54,7 @@ test_names_LIBS := -lpthread
 test_kjson_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
 test_kjson_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS) -lz -lm
 test_jsonw_SRC := csrc/io/jsonw.c csrc/io/kinetow.c csrc/io/kmemw.c csrc/io/chromew.c \
-                  csrc/core/strtab.c csrc/core/trace.c
+                  csrc/io/otlpw.c csrc/core/strtab.c csrc/core/trace.c
 test_jsonw_LIBS := -lz -lm
 test_tmerge_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/tmerge.c
 test_spawn_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/spawn.c

@@ -1,18 +1,25 @@
-"""Exporting a trace: xsp.save to Kineto's JSON (.pt.trace.json) and to Chrome trace-event
-JSON (.json) against torch.profiler's export_chrome_trace of the same workload, at several
-sizes (linear in spans?).
+"""Exporting a trace: xsp.save to Kineto's JSON (.pt.trace.json), to Chrome trace-event JSON
+(.json) and to OTLP/JSON (.otlp.json), and the OTLP export over HTTP (otlp.spans, the
+OpenTelemetry SDK spans that otlp.send encodes, and otlp.send itself to a local sink) against
+torch.profiler's export_chrome_trace of the same workload, at several sizes (linear in
+spans?).
 
 The workload: a Python loop of small aten ops (x.add_(1) on a 4-element tensor: add_ and the
 scalar's conversion, 5 op events each), as many as make --spans spans, recorded once by
 torch.profiler (CPU activity) and once by xsp (levels ML), in this process; the two recordings
 hold the same ops.  Then, --rounds times interleaved in a shuffled order (common.rounds),
 torch's export_chrome_trace (of a fresh recording each round: its results export once),
-xsp.save(.pt.trace.json) and xsp.save(.json) of the xsp trace, each to a fresh file on the
-same disk; the figures are medians.  With --reference, the Python writers the C ones replaced
-(kineto._reference_write, chrome._reference_write) at the smallest size, for comparison.
+xsp.save(.pt.trace.json), xsp.save(.json) and xsp.save(.otlp.json) of the xsp trace, each to
+a fresh file on the same disk; with the OpenTelemetry packages (xsp[otlp]) also otlp.spans
+(the SDK spans) and otlp.send to a sink on 127.0.0.1 (a child
+process that reads each request and answers 200 with an empty response: the SDK's encoding,
+the HTTP requests, no collector's work); the figures are medians.  With --reference, the
+Python writers the C ones replaced (kineto._reference_write, chrome._reference_write,
+otlp._reference_write: the SDK's encoder and protobuf's JSON mapping) at the smallest size,
+for comparison.  --no-send leaves otlp.send out (about 50 us a span).
 
     python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
-                                      [--xsp-only 10000000] [--profile-memory]
+                                      [--xsp-only 10000000] [--profile-memory] [--no-send]
 
 --profile-memory: the loop is of x + 1 (an allocation and a free each) and both profilers
 record memory: torch writes its "[memory]" instants, xsp its sums, written back as those
@@ -28,6 +35,8 @@ ratios xsp / torch (the target: <= 1.0).
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -100,6 +109,43 @@ def timed(fn, path):
     return {"s": dt, "bytes": size}
 
 
+def timed_call(fn):
+    """Times fn() (freeing its result is not timed)."""
+    t0 = time.perf_counter()
+    out = fn()
+    dt = time.perf_counter() - t0
+    del out
+    return {"s": dt, "bytes": 0}
+
+# The OTLP/HTTP sink: reads each POST and answers 200 with an empty
+# ExportTraceServiceResponse (zero bytes); prints its port.
+SINK = r"""
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def have_otlp():
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--spans", default="100000,1000000")
@@ -107,15 +153,24 @@ def main(argv=None):
     ap.add_argument("--reference", action="store_true")
     ap.add_argument("--xsp-only", type=int, default=0)
     ap.add_argument("--profile-memory", action="store_true")
+    ap.add_argument("--no-send", action="store_true")
     args = ap.parse_args(argv)
     global MEMORY
     MEMORY = args.profile_memory
     import torch
 
     import xsp
-    from xsp.formats import chrome, kineto
+    from xsp.formats import chrome, kineto, otlp
     torch.set_num_threads(1)
     d = tempfile.mkdtemp(prefix="xsp-bench-export-")
+    sdk = have_otlp()
+    sink = url = None
+    if sdk and not args.no_send:
+        sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONPATH=""))
+        url = "http://127.0.0.1:%s/v1/traces" % sink.stdout.readline().strip()
+        os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
+    tid = 0x0123456789ABCDEF0123456789ABCDEF     # one trace id: no random part
     print("exports of a loop of %s; %s" % (
         "x + 1 with profile_memory" if MEMORY else "aten::add_", common.machine()))
     sizes = [int(x) for x in args.spans.split(",")]
@@ -131,32 +186,48 @@ def main(argv=None):
                                                          os.path.join(d, "x.pt.trace.json")),
                 "xsp.save .json": lambda: timed(lambda f: xsp.save(tr, f),
                                                 os.path.join(d, "x.json")),
+                "xsp.save .otlp.json": lambda: timed(lambda f: xsp.save(tr, f, trace_id=tid),
+                                                     os.path.join(d, "x.otlp.json")),
             }
+            if sdk:
+                variants["otlp.spans (SDK spans)"] = lambda: timed_call(
+                    lambda: otlp.spans(tr, trace_id=tid))
+            if url:
+                variants["otlp.send (local sink)"] = lambda: timed_call(
+                    lambda: otlp.send(tr, url, trace_id=tid, timeout=600))
             if args.reference and n == min(sizes):
                 variants["Python writer, Kineto"] = lambda: timed(
                     lambda f: kineto._reference_write(tr, f), os.path.join(d, "r.pt.trace.json"))
                 variants["Python writer, Chrome"] = lambda: timed(
                     lambda f: chrome._reference_write(tr, f), os.path.join(d, "r.json"))
+                if sdk:
+                    variants["Python writer, OTLP"] = lambda: timed(
+                        lambda f: otlp._reference_write(tr, f, trace_id=tid),
+                        os.path.join(d, "r.otlp.json"))
             res = common.rounds(variants, args.rounds, seed=n)
             print("\n%d spans: torch.profiler %d events, xsp %d spans; medians of %d rounds:"
                   % (n, events[0], len(tr), args.rounds))
             base = common.med(res["torch export_chrome_trace"]["s"])
             for k, r in res.items():
                 s = common.med(r["s"])
-                print("  %-27s %7.2f s  %6.2f us/span  %7.1f MB  %s" % (
-                    k, s, s / len(tr) * 1e6, common.med(r["bytes"]) / 1e6,
+                size = common.med(r["bytes"])
+                print("  %-27s %7.2f s  %6.2f us/span  %s  %s" % (
+                    k, s, s / len(tr) * 1e6, "%7.1f MB" % (size / 1e6) if size else "   (no file)",
                     "" if k.startswith("torch") else "xsp/torch %.2f" % (s / base)))
             del tr
         if args.xsp_only:
             n = args.xsp_only
             tr = record_xsp(ops_for(n))
             print("\n%d spans, xsp alone: %d spans, one round:" % (n, len(tr)))
-            for ext in (".pt.trace.json", ".json"):
+            for ext in (".pt.trace.json", ".json", ".otlp.json"):
                 r = timed(lambda f: xsp.save(tr, f), os.path.join(d, "x" + ext))
                 print("  xsp.save %-15s %7.2f s  %6.2f us/span  %7.1f MB" % (
                     ext, r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        if sink:
+            sink.kill()
+            sink.wait()
 
 
 if __name__ == "__main__":

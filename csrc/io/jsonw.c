@@ -8,10 +8,17 @@
  *
  * Why not build the text in memory and write it once: a trace of 10^7 spans is a few GB of
  * JSON; streaming keeps the writer's memory at two buffers.
+ *
+ * Every SYNC_EVERY bytes written, the kernel is asked to start writing the file's dirty pages
+ * back (sync_file_range, Linux): the fsync that the atomic write makes after the text then
+ * finds most of it on the disk already, instead of the whole file to write while the caller
+ * waits (the disk writes while the text is made).  A hint only: its failure (a pipe, a file
+ * system without it) is ignored, and nothing waits for it.
  */
 #include "jsonw.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +27,7 @@
 #include <zlib.h>
 
 #define BUF (256u << 10)     /* bytes of text buffered before a flush */
+#define SYNC_EVERY (8u << 20) /* bytes written between two writeback hints */
 
 struct xsp_jsonw {
     int fd;                  /* where the text goes; not owned */
@@ -27,6 +35,7 @@ struct xsp_jsonw {
     int failed;              /* sticky: 0, or the errno (or EIO) of the first failure */
     const char *what;        /* what failed: "write" or "deflate" */
     size_t n;                /* bytes in buf */
+    size_t unhinted;         /* bytes written since the last writeback hint */
     z_stream z;              /* the deflate state, when gzip */
     unsigned char *zout;     /* deflate's output buffer (BUF bytes), when gzip */
     unsigned char buf[BUF];  /* the text not yet flushed */
@@ -52,7 +61,14 @@ static void write_all(xsp_jsonw *w, const unsigned char *p, size_t n)
         }
         p += k;
         n -= (size_t)k;
+        w->unhinted += (size_t)k;
     }
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (w->unhinted >= SYNC_EVERY) {
+        (void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);     /* a hint: see above */
+        w->unhinted = 0;
+    }
+#endif
 }
 
 /* Deflates the buffer (finishing the stream when finish) and writes what comes out. */
@@ -144,6 +160,18 @@ void xsp_jsonw_raw(xsp_jsonw *w, const char *s, size_t n)
         s += k;
         n -= k;
     }
+}
+
+char *xsp_jsonw_reserve(xsp_jsonw *w, size_t n)
+{
+    if (BUF - w->n < n)
+        flush(w, 0);
+    return (char *)w->buf + w->n;
+}
+
+void xsp_jsonw_commit(xsp_jsonw *w, size_t k)
+{
+    w->n += k;
 }
 
 void xsp_jsonw_lit(xsp_jsonw *w, const char *s)

@@ -1,12 +1,13 @@
 /*
- * jsonw.h: a streaming JSON text writer, the one layer the Kineto and Chrome exporters
- * (kinetow.c, chromew.c) share.
+ * jsonw.h: a streaming JSON text writer, the one layer the Kineto, Chrome and OTLP exporters
+ * (kinetow.c, chromew.c, otlpw.c) share.
  *
  * Text goes into a fixed buffer that is flushed to a file descriptor (deflated on the way when
  * gzip is asked: a gzip member of its own, mtime 0), so memory stays bounded whatever the size
- * of the trace.  Errors are sticky: the first failing write(2) or deflate call is remembered,
- * every later call does nothing, and xsp_jsonw_close reports it; the exporters therefore never
- * check a return value in their loops.
+ * of the trace; the file's writeback to disk is started as it grows (jsonw.c).  Errors are
+ * sticky: the first failing write(2) or deflate call is remembered, every later call does
+ * nothing, and xsp_jsonw_close reports it; the exporters therefore never check a return value
+ * in their loops.
  *
  * The text is always valid UTF-8 JSON, written as xsp's Python writers wrote it (so json.load of
  * either is the same value):
@@ -44,6 +45,15 @@ int xsp_jsonw_failed(const xsp_jsonw *w);
 /* n bytes as they are (JSON punctuation, keys known to need no escaping).  Cannot fail (a
  * failure is sticky, reported by close), as every writer below. */
 void xsp_jsonw_raw(xsp_jsonw *w, const char *s, size_t n);
+
+/* Room for up to n bytes (n <= XSP_JSONW_RESERVE) of text that the caller formats in place and
+ * then hands over with xsp_jsonw_commit(w, k), k <= n, before any other call on w: the
+ * writers' fast path for the fixed parts of a record (one call instead of one per piece).
+ * Flushes first when the buffer has less room.  Cannot fail (after a failure the room is
+ * still there; what is committed is dropped, as everything after a failure). */
+#define XSP_JSONW_RESERVE 4096
+char *xsp_jsonw_reserve(xsp_jsonw *w, size_t n);
+void xsp_jsonw_commit(xsp_jsonw *w, size_t k);
 
 /* A NUL-terminated literal, as xsp_jsonw_raw. */
 void xsp_jsonw_lit(xsp_jsonw *w, const char *s);

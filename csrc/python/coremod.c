@@ -293,6 +293,11 @@ static PyObject *core_write_chrome(PyObject *mod, PyObject *args)
     return xsp_py_write_chrome(xsp_state(mod)->tracedata_type, args);
 }
 
+static PyObject *core_write_otlp(PyObject *mod, PyObject *args)
+{
+    return xsp_py_write_otlp(xsp_state(mod)->tracedata_type, args);
+}
+
 static PyObject *core_build(PyObject *mod, PyObject *args)
 {
     return xsp_py_build(xsp_state(mod)->tracedata_type, args);
@@ -404,6 +409,9 @@ static PyMethodDef core_methods[] = {
     {"write_chrome", core_write_chrome, METH_VARARGS,
      "write_chrome(fd, gzip, tracedata, head, tail, cols): Chrome trace-event JSON to fd, the\n"
      "GIL released (csrc/io/chromew.h; xsp/formats/chrome.py makes the columns)."},
+    {"write_otlp", core_write_otlp, METH_VARARGS,
+     "write_otlp(fd, gzip, tracedata, head, tail, cols): OTLP/JSON spans to fd, the GIL\n"
+     "released (csrc/io/otlpw.h; xsp/formats/otlp.py makes the columns)."},
     {"build", core_build, METH_VARARGS,
      "build(spans, threads, meta, counters) -> TraceData: a trace from Python data.\n\n"
      "spans: a sequence of (start_ns, end_ns, parent, level, kind, name, thread, flags, attrs),\n"

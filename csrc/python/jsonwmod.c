@@ -1,5 +1,5 @@
 /*
- * jsonwmod.c: _core.write_kineto / _core.write_chrome (jsonwmod.h).
+ * jsonwmod.c: _core.write_kineto / _core.write_chrome / _core.write_otlp (jsonwmod.h).
  *
  * The columns arrive in a dict; each is taken through the buffer protocol (checked for its
  * item kind, size and length, held until the write ends) and each list of bytes as a tuple
@@ -12,6 +12,7 @@
 
 #include "../io/chromew.h"
 #include "../io/kinetow.h"
+#include "../io/otlpw.h"
 #include "tracedata.h"
 
 #define MAX_VIEWS 32
@@ -114,8 +115,27 @@ typedef struct job {
     Py_buffer head, tail;
 } job;
 
-/* Writes head, the events (kineto when kc, else chrome), tail; raises on failure. */
-static PyObject *run(job *j, const xsp_kineto_cols *kc, const xsp_chrome_cols *cc)
+/* the events of one format: 0, or -1 on allocation failure (w's own failures stay in w) */
+typedef int (*events_fn)(xsp_jsonw *w, const xsp_trace *t, const void *fc);
+
+static int kineto_events(xsp_jsonw *w, const xsp_trace *t, const void *fc)
+{
+    return xsp_kineto_write_events(w, t, fc, 1);
+}
+
+static int chrome_events(xsp_jsonw *w, const xsp_trace *t, const void *fc)
+{
+    xsp_chrome_write_events(w, t, fc);
+    return 0;
+}
+
+static int otlp_spans(xsp_jsonw *w, const xsp_trace *t, const void *fc)
+{
+    return xsp_otlp_write_spans(w, t, fc);
+}
+
+/* Writes head, the events (fn over fc), tail; raises on failure. */
+static PyObject *run(job *j, events_fn fn, const void *fc)
 {
     char err[256] = "";
     int rc = -1, nomem = 0, saved = 0;
@@ -125,10 +145,7 @@ static PyObject *run(job *j, const xsp_kineto_cols *kc, const xsp_chrome_cols *c
         nomem = 1;
     else {
         xsp_jsonw_raw(w, j->head.buf, (size_t)j->head.len);
-        if (kc)
-            nomem = xsp_kineto_write_events(w, j->t, kc, 1) < 0;
-        else
-            xsp_chrome_write_events(w, j->t, cc);
+        nomem = fn(w, j->t, fc) < 0;
         xsp_jsonw_raw(w, j->tail.buf, (size_t)j->tail.len);
         rc = xsp_jsonw_close(w, err, sizeof err);
         saved = errno;
@@ -206,7 +223,7 @@ PyObject *xsp_py_write_kineto(PyTypeObject *tp, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "write: column lev_val is missing");
         goto out;
     }
-    res = run(&j, &k, NULL);
+    res = run(&j, kineto_events, &k);
 out:
     cols_release(&c);
     PyBuffer_Release(&j.head);
@@ -230,7 +247,54 @@ PyObject *xsp_py_write_chrome(PyTypeObject *tp, PyObject *args)
         || !(k.spawn_i = col(&c, "spawn_i", 'i', 8, -1, &k.n_spawn))
         || !(k.spawn_j = col(&c, "spawn_j", 'i', 8, k.n_spawn, NULL)))
         goto out;
-    res = run(&j, NULL, &k);
+    res = run(&j, chrome_events, &k);
+out:
+    cols_release(&c);
+    PyBuffer_Release(&j.head);
+    PyBuffer_Release(&j.tail);
+    return res;
+}
+
+PyObject *xsp_py_write_otlp(PyTypeObject *tp, PyObject *args)
+{
+    job j = {0};
+    cols c = {0};
+    xsp_otlp_cols k = {0};
+    PyObject *res = NULL;
+    if (parse(tp, args, &j, &c) < 0)
+        return NULL;
+    PyObject *base = PyDict_GetItemString(c.dict, "span_base");
+    PyObject *off = PyDict_GetItemString(c.dict, "offset");
+    if (!base || !off) {
+        PyErr_SetString(PyExc_ValueError, "write: span_base or offset is missing");
+        goto out;
+    }
+    k.span_base = PyLong_AsUnsignedLongLong(base);
+    k.offset = PyLong_AsUnsignedLongLong(off);
+    if (PyErr_Occurred())
+        goto out;
+    uint32_t n_ix;
+    if (!(k.trace_hi = col(&c, "trace_hi", 'u', 8, -1, &k.n_traces))
+        || !(k.trace_lo = col(&c, "trace_lo", 'u', 8, k.n_traces, NULL))
+        || !(k.trace_ix = col(&c, "trace_ix", 'i', 4, -1, &n_ix))
+        || !(k.lev_id = col(&c, "lev_id", 'i', 8, -1, &k.n_lev))
+        || !(k.lev_val = col(&c, "lev_val", 'f', 8, k.n_lev, NULL)))
+        goto out;
+    if (!k.n_traces || (n_ix && n_ix != j.t->n_spans)
+        || (uint64_t)j.t->n_spans > UINT64_MAX - k.span_base) {
+        PyErr_Format(PyExc_ValueError, "write: no trace id, %u trace indexes for %u spans, or "
+                     "span ids past 2**64-1", (unsigned)n_ix, (unsigned)j.t->n_spans);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n_ix; i++)
+        if (k.trace_ix[i] < 0 || (uint32_t)k.trace_ix[i] >= k.n_traces) {
+            PyErr_Format(PyExc_ValueError, "write: trace_ix[%u] = %d is not an index into the "
+                         "%u trace ids", (unsigned)i, (int)k.trace_ix[i], (unsigned)k.n_traces);
+            goto out;
+        }
+    if (!n_ix)
+        k.trace_ix = NULL;
+    res = run(&j, otlp_spans, &k);
 out:
     cols_release(&c);
     PyBuffer_Release(&j.head);

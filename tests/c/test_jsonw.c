@@ -5,9 +5,10 @@
  * surrogateescape), doubles as Python's repr, NaN and the infinities as strings, int64 and
  * uint64 extremes, exact microseconds from ns (negative and past 2**64), a text longer than
  * the buffer, gzip that inflates back, and a failed write reported by close.  Then the span
- * writers over it (kinetow.c, kmemw.c, chromew.c) on a small trace with attributes of every
- * kind the rules read, some of the wrong type, under the sanitizers: the events they must
- * write (the comparison with the Python writers is tests/py/formats/test_json_writers.py).
+ * writers over it (kinetow.c, kmemw.c, chromew.c, otlpw.c) on a small trace with attributes of
+ * every kind the rules read, some of the wrong type, under the sanitizers: the events they must
+ * write (the comparison with the Python writers is tests/py/formats/test_json_writers.py);
+ * OTLP's attribute renaming, repeated keys and a trace index out of range.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "io/chromew.h"
 #include "io/jsonw.h"
 #include "io/kinetow.h"
+#include "io/otlpw.h"
 
 /* Runs fn on a writer to a temporary file and returns the file's bytes (malloc'd, NUL-ended),
  * inflated when gz. */
@@ -285,6 +287,167 @@ static void check_has(const char *text, const char *want)
         fprintf(stderr, "  missing: %s\n", want);
 }
 
+static const uint64_t HI[2] = {0x0123456789abcdefull, 0xffffffffffffffffull};
+static const uint64_t LO[2] = {0x1ull, 0xfedcba9876543210ull};
+static const int32_t IX[6] = {0, 1, 1, 1, 1, 1};   /* the region the profile's, the rest one
+                                                     * other trace's (as under a step) */
+
+static void w_otlp(xsp_jsonw *w)
+{
+    int64_t lev_id[2] = {1, 5};
+    double lev_val[2] = {2.5, -__builtin_inf()};
+    xsp_otlp_cols c = {.span_base = 0xfffffffffffffff0ull, .offset = (uint64_t)-1000,
+                       .n_traces = 2, .trace_hi = HI, .trace_lo = LO, .trace_ix = IX,
+                       .n_lev = 2, .lev_id = lev_id, .lev_val = lev_val};
+    xsp_jsonw_lit(w, "[");
+    CHECK(xsp_otlp_write_spans(w, W_TRACE, &c) == 0);
+    xsp_jsonw_lit(w, "]");
+}
+
+static xsp_trace *R_TRACE;
+
+/* OTLP's renaming: one op with keys that are xsp's own, the same once made printable, or
+ * repeated; and enough keys that the names table grows. */
+static void w_otlp_names(xsp_jsonw *w)
+{
+    xsp_otlp_cols c = {.span_base = 1, .n_traces = 1, .trace_hi = HI, .trace_lo = LO};
+    CHECK(xsp_otlp_write_spans(w, R_TRACE, &c) == 0);
+}
+
+static void w_otlp_bad_index(xsp_jsonw *w)
+{
+    int32_t ix[6] = {0, 0, 2, 0, 0, 0};             /* 2: past the two trace ids */
+    xsp_otlp_cols c = {.span_base = 1, .n_traces = 2, .trace_hi = HI, .trace_lo = LO,
+                       .trace_ix = ix};
+    CHECK(xsp_otlp_write_spans(w, W_TRACE, &c) == -1);
+}
+
+static xsp_trace *BIG_TRACE;
+
+static void w_otlp_big(xsp_jsonw *w)
+{
+    xsp_otlp_cols c = {.span_base = 1, .n_traces = 1, .trace_hi = HI, .trace_lo = LO};
+    xsp_jsonw_lit(w, "[");
+    CHECK(xsp_otlp_write_spans(w, BIG_TRACE, &c) == 0);
+    xsp_jsonw_lit(w, "]");
+}
+
+/* 5000 spans (about 2 MB of text, the 256 KB buffer flushed many times under the writer's
+ * reserved records), plain and gzip: every span once, in order, the text whole. */
+static void otlp_big(void)
+{
+    BIG_TRACE = xsp_trace_new();
+    xsp_trace_add_thread(BIG_TRACE, 7, "main", 0);
+    span(BIG_TRACE, 0, 1u << 30, XSP_NO_PARENT, "region", XSP_LEVEL_M, XSP_KIND_REGION, 0);
+    for (uint32_t i = 1; i < 5000; i++) {
+        span(BIG_TRACE, i, i + 1, 0, "aten::add_", XSP_LEVEL_L, XSP_KIND_OP, 0);
+        attr_i(BIG_TRACE, "seq", i);
+    }
+    for (int gz = 0; gz < 2; gz++) {
+        size_t n;
+        char *o = capture(w_otlp_big, gz, &n);
+        CHECK(n > 2u << 20 && o[0] == '[' && o[n - 2] == '}' && o[n - 1] == ']');
+        const char *at = o;
+        uint32_t seen = 0;
+        char want[64];
+        for (;;) {
+            snprintf(want, sizeof want, "\"spanId\":\"%016x\"", seen + 1);
+            const char *q = strstr(at, "\"spanId\":\"");
+            if (!q)
+                break;
+            if (strncmp(q, want, strlen(want)) != 0)
+                break;
+            at = q + 1;
+            seen++;
+        }
+        CHECK(seen == 5000);
+        check_has(o, "{\"key\":\"xsp.span_id\",\"value\":{\"intValue\":\"4999\"}},{\"key\":"
+                     "\"xsp.thread\",\"value\":{\"intValue\":\"7\"}},{\"key\":"
+                     "\"xsp.thread_name\",\"value\":{\"stringValue\":\"main\"}},{\"key\":"
+                     "\"xsp.seq\",\"value\":{\"intValue\":\"4999\"}}],\"status\":{},"
+                     "\"flags\":256}]");
+        free(o);
+    }
+    xsp_trace_free(BIG_TRACE);
+}
+
+static void otlp_writer(void)
+{
+    otlp_big();
+    size_t n;
+    char *o = capture(w_otlp, 0, &n);
+    /* the region: the profile's trace, no parent, time 1000 + offset = 0 left out */
+    check_has(o, "[{\"traceId\":\"0123456789abcdef0000000000000001\",\"spanId\":"
+                 "\"fffffffffffffff0\",\"name\":\"region\",\"kind\":1,"
+                 "\"endTimeUnixNano\":\"8000\",\"attributes\":[{\"key\":\"xsp.level\","
+                 "\"value\":{\"stringValue\":\"M\"}},{\"key\":\"xsp.kind\",\"value\":"
+                 "{\"stringValue\":\"region\"}},{\"key\":\"xsp.span_id\",\"value\":"
+                 "{\"intValue\":\"0\"}},{\"key\":\"xsp.thread\",\"value\":{\"intValue\":"
+                 "\"7\"}},{\"key\":\"xsp.thread_name\",\"value\":{\"stringValue\":"
+                 "\"main\"}}],\"status\":{},\"flags\":256}");
+    /* span 1: in another trace than its parent, the region: a root with a link */
+    check_has(o, ",{\"traceId\":\"fffffffffffffffffedcba9876543210\",\"spanId\":"
+                 "\"fffffffffffffff1\",\"name\":\"aten::mm?\",\"kind\":1,"
+                 "\"startTimeUnixNano\":\"100\",\"endTimeUnixNano\":\"1000\"");
+    check_has(o, "{\"key\":\"xsp.leveled_ns\",\"value\":{\"doubleValue\":2.5}},"
+                 "{\"key\":\"xsp.seq\",\"value\":{\"intValue\":\"4\"}}");
+    check_has(o, "{\"key\":\"xsp.ratio\",\"value\":{\"doubleValue\":\"NaN\"}}");
+    check_has(o, "{\"key\":\"xsp.mem.cpu.total\",\"value\":{\"intValue\":"
+                 "\"-9223372036854775808\"}}],\"links\":[{\"traceId\":"
+                 "\"0123456789abcdef0000000000000001\",\"spanId\":\"fffffffffffffff0\","
+                 "\"attributes\":[{\"key\":\"xsp.link\",\"value\":{\"stringValue\":"
+                 "\"parent\"}}],\"flags\":256}],\"status\":{},\"flags\":256}");
+    /* span 2: its parent in its trace */
+    check_has(o, "\"spanId\":\"fffffffffffffff2\",\"parentSpanId\":\"fffffffffffffff1\"");
+    /* span 3 on the stream's track (tid 3, a name); span 4: fwd_op twice, the last value */
+    check_has(o, "{\"key\":\"xsp.thread\",\"value\":{\"intValue\":\"3\"}},{\"key\":"
+                 "\"xsp.thread_name\",\"value\":{\"stringValue\":\"stream 3\"}}");
+    check_has(o, "{\"key\":\"xsp.fwd_op\",\"value\":{\"intValue\":\"1073741824\"}}],");
+    CHECK(strstr(o, "\"xsp.fwd_op\",\"value\":{\"intValue\":\"1\"") == NULL);
+    check_has(o, "{\"key\":\"xsp.leveled_ns\",\"value\":{\"doubleValue\":\"-Infinity\"}},"
+                 "{\"key\":\"xsp.bytes\",\"value\":{\"doubleValue\":1e+300}}]");
+    free(o);
+
+    R_TRACE = xsp_trace_new();
+    xsp_trace_add_thread(R_TRACE, (uint64_t)1 << 63, "", 0);
+    span(R_TRACE, 0, 5, XSP_NO_PARENT, "", XSP_LEVEL_L, XSP_KIND_MODULE, 0);
+    R_TRACE->spans[0].flags = 2;
+    attr_i(R_TRACE, "level", 1);
+    attr_i(R_TRACE, "attr.level", 2);
+    attr_i(R_TRACE, "a\xff", 3);
+    attr_i(R_TRACE, "a\xfe", 4);
+    attr_i(R_TRACE, "a?", 5);
+    attr_i(R_TRACE, "x", 6);
+    attr_i(R_TRACE, "module", 7);
+    attr_i(R_TRACE, "x", 8);
+    for (int i = 0; i < 40; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%02d", i);
+        attr_i(R_TRACE, key, i);
+    }
+    char *r = capture(w_otlp_names, 0, &n);
+    check_has(r, "{\"traceId\":\"0123456789abcdef0000000000000001\",\"spanId\":"
+                 "\"0000000000000001\",\"kind\":1,\"endTimeUnixNano\":\"5\","
+                 "\"attributes\":[{\"key\":\"xsp.level\",\"value\":{\"stringValue\":"
+                 "\"L\"}},{\"key\":\"xsp.kind\",\"value\":{\"stringValue\":\"module\"}},"
+                 "{\"key\":\"xsp.span_id\",\"value\":{\"intValue\":\"0\"}},{\"key\":"
+                 "\"xsp.thread\",\"value\":{\"stringValue\":\"9223372036854775808\"}},"
+                 "{\"key\":\"xsp.module\",\"value\":{\"stringValue\":\"\"}},{\"key\":"
+                 "\"xsp.flags\",\"value\":{\"intValue\":\"2\"}},{\"key\":\"xsp.attr.level\","
+                 "\"value\":{\"intValue\":\"1\"}},{\"key\":\"xsp.attr.attr.level\",\"value\":"
+                 "{\"intValue\":\"2\"}},{\"key\":\"xsp.a?\",\"value\":{\"intValue\":\"3\"}},"
+                 "{\"key\":\"xsp.attr.a?\",\"value\":{\"intValue\":\"4\"}},{\"key\":"
+                 "\"xsp.attr.attr.a?\",\"value\":{\"intValue\":\"5\"}},{\"key\":\"xsp.x\","
+                 "\"value\":{\"intValue\":\"8\"}},{\"key\":\"xsp.attr.module\",\"value\":"
+                 "{\"intValue\":\"7\"}},{\"key\":\"xsp.k00\",");
+    check_has(r, "{\"key\":\"xsp.k39\",\"value\":{\"intValue\":\"39\"}}],\"status\":{},"
+                 "\"flags\":256}");
+    free(r);
+    xsp_trace_free(R_TRACE);
+    r = capture(w_otlp_bad_index, 0, &n);
+    free(r);
+}
+
 static void span_writers(void)
 {
     W_TRACE = small_trace();
@@ -318,6 +481,7 @@ static void span_writers(void)
     check_has(c, "\"id\":1,\"parent\":0}}");
     check_has(c, "\"cat\":\"G.kernel\",\"pid\":42,\"tid\":3");
     free(c);
+    otlp_writer();
     xsp_trace_free(W_TRACE);
 }
 

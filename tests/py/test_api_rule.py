@@ -32,7 +32,7 @@ def tr():
 @pytest.mark.parametrize("name,fmt", [("a.xsp", "xsp"), ("a.pt.trace.json", "kineto"),
                                       ("a.pt.trace.json.gz", "kineto"), ("A.JSON.GZ", "kineto"),
                                       ("a.json", "chrome"), ("a.otlp.json", "otlp"),
-                                      ("a.txt", None), ("a", None)])
+                                      ("A.OTLP.JSON.GZ", "otlp"), ("a.txt", None), ("a", None)])
 def test_the_format_comes_from_the_extension(name, fmt):
     assert xsp.formats.format_of(name) == fmt
 

@@ -19,8 +19,9 @@ import os
 from xsp.core.errors import TraceFormatError
 
 # (extension, format), first match wins: longer extensions first
-EXTENSIONS = ((".xsp", "xsp"), (".otlp.json", "otlp"), (".pt.trace.json", "kineto"),
-              (".pt.trace.json.gz", "kineto"), (".json.gz", "kineto"), (".json", "chrome"))
+EXTENSIONS = ((".xsp", "xsp"), (".otlp.json", "otlp"), (".otlp.json.gz", "otlp"),
+              (".pt.trace.json", "kineto"), (".pt.trace.json.gz", "kineto"),
+              (".json.gz", "kineto"), (".json", "chrome"))
 FORMATS = ("xsp", "kineto", "chrome", "otlp")
 _MODULES = {"xsp": "native", "kineto": "kineto", "chrome": "chrome", "otlp": "otlp"}
 

@@ -1,11 +1,15 @@
 """OpenTelemetry export: a trace as OTLP spans, sent over OTLP/HTTP (protobuf) to a collector
 (Jaeger, Tempo, an OpenTelemetry Collector) or written as OTLP/JSON (docs/format.md, "OTLP").
 
-The spans are made with the OpenTelemetry SDK (opentelemetry.sdk.trace.ReadableSpan), encoded
-by the SDK's own OTLP encoder and sent by its OTLPSpanExporter: xsp writes no protobuf of its
-own.  Those packages are an optional extra (`pip install xsp[otlp]`); importing this module
-never needs them, each function imports them when called and raises ImportError saying what to
-install when they are missing.
+The spans sent are made with the OpenTelemetry SDK (opentelemetry.sdk.trace.ReadableSpan),
+encoded by the SDK's own OTLP encoder and sent by its OTLPSpanExporter: xsp writes no protobuf
+of its own.  Those packages are an optional extra (`pip install xsp[otlp]`); importing this
+module never needs them, spans(), send() and to_json() import them when called and raise
+ImportError saying what to install when they are missing.  write() needs none of them: the
+OTLP/JSON file is written by C (csrc/io/otlpw.c over the JSON layer csrc/io/jsonw.c, streamed,
+gzip for .gz, the GIL released) from columns made here with numpy, to the same JSON value as
+the SDK's encoder and protobuf's JSON mapping give (_reference_write, the Python writer it
+replaced, kept as the tests' reference).
 
 The mapping, in short: every xsp span is one OTLP span (kind INTERNAL, status unset) with the
 xsp parent's span id as its parent span id; one trace id per profile, or one per step
@@ -24,15 +28,19 @@ import json
 import logging
 import math
 import numbers
+import os
 import secrets
 import socket
 import time
 import warnings
 
+import numpy as np
+
+from xsp import _core
 from xsp.core.util import atomic_write, printable
 from xsp._version import __version__
 from xsp.core.errors import XSPWarning
-from xsp.values.trace import KINDS, LEVELS
+from xsp.values.trace import KINDS, LEVELS, core_data
 
 _INSTALL = "pip install xsp[otlp]"
 _TRACE_PER = ("profile", "step")
@@ -137,7 +145,7 @@ def _resource_attrs(trace, service, anchor, offset, extra):
         if not hasattr(items, "items"):
             raise TypeError("resource must be a dict of extra resource attributes (or an "
                             "OpenTelemetry Resource), not %s" % type(extra).__name__)
-        out.update((str(k), _value(v)) for k, v in items.items())
+        out.update((printable(str(k)), _value(v)) for k, v in items.items())
     return out
 
 
@@ -152,6 +160,73 @@ class TimeRangeError(ValueError):
     """A span's time, anchored to the wall clock, is outside what OTLP can carry (0 to
     2**64-1 ns since the Unix epoch): the trace's times or its wall-clock offset are not
     what its meta says (a file made by hand or damaged)."""
+
+
+def _trace_id(trace_id):
+    """The profile's trace id: the one given, checked, or a random one."""
+    if trace_id is None:
+        return secrets.randbits(128) or 1
+    if isinstance(trace_id, bool) or not isinstance(trace_id, int):
+        raise TypeError("trace_id must be an int, not %s" % type(trace_id).__name__)
+    if not 0 < trace_id < 1 << 128:
+        raise ValueError("trace_id must be from 1 to 2**128-1 (a nonzero 128-bit id), not %d"
+                         % trace_id)
+    return trace_id
+
+
+class _Export:
+    """What an export of a trace is made of, computed once for spans() and write():
+    trace, leveled ({span id: value}), offset and anchor (wall_clock), resource (the resource
+    attributes, a dict), base (span id of xsp span 0), trace_ids (the profile's trace id, then
+    one per step with trace_per="step") and trace_ix (per span, an int32 index into trace_ids;
+    None: all the profile's).  Raises as spans() does; warns when the wall clock is
+    estimated."""
+
+    def __init__(self, source, service, trace_per, leveled, resource, trace_id):
+        trace, leveled = _source(source, leveled)
+        if trace_per not in _TRACE_PER:
+            raise ValueError("trace_per must be 'profile' or 'step', not %r" % (trace_per,))
+        trace_id = _trace_id(trace_id)
+        offset, anchor = wall_clock(trace)
+        if anchor == "estimated":
+            warnings.warn("the trace has no meta clock.wall_offset_ns (it was recorded by an "
+                          "older xsp, or made by hand): its times were anchored to the wall "
+                          "clock at export, which is right only if it was recorded on this "
+                          "machine since its last boot", XSPWarning, stacklevel=3)
+        self.trace, self.leveled, self.offset, self.anchor = trace, leveled, offset, anchor
+        self.resource = _resource_attrs(trace, service, anchor, offset, resource)
+        n = len(trace)
+        # span ids: seed + xsp id, the seed chosen so that none is 0 or past 2**64-1
+        self.base = 1 + _derive(trace_id, b"xsp.span", 0, 64) % ((1 << 64) - n - 1)
+        self.trace_ids, self.trace_ix = [trace_id], None
+        if trace_per == "step" and n:
+            step = trace.nearest_ancestor(trace.kind_codes == KINDS.index("step"))
+            steps = np.unique(step[step >= 0])
+            self.trace_ids += [_derive(trace_id, b"xsp.step", s, 128) for s in steps.tolist()]
+            ix = np.searchsorted(steps, step) + 1
+            self.trace_ix = np.where(step >= 0, ix, 0).astype(np.int32)
+        _check_times(trace, offset, anchor)
+
+
+def _check_times(trace, offset, anchor):
+    """TimeRangeError naming the first span whose start or end, plus offset, is not from 0 to
+    2**64-1 ns (the trace's times are the uint64 its columns hold as int64).  Vectorised but
+    for the search of that span, when there is one."""
+    if not len(trace):
+        return
+    start, end = trace.start_ns.view(np.uint64), trace.end_ns.view(np.uint64)
+    if (int(min(start.min(), end.min())) + offset >= 0
+            and int(max(start.max(), end.max())) + offset < 1 << 64):
+        return
+    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
+        why = ("starts before the Unix epoch" if s + offset < 0 else
+               "ends past 2**64-1 ns" if e + offset >= 1 << 64 else
+               "starts past 2**64-1 ns" if s + offset >= 1 << 64 else
+               "ends before the Unix epoch" if e + offset < 0 else None)
+        if why:
+            raise TimeRangeError("span %d %s once anchored to the wall clock (offset %d ns, "
+                                 "%s): the trace's times are not what its meta says"
+                                 % (i, why, offset, anchor))
 
 
 def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=None,
@@ -176,80 +251,72 @@ def spans(source, *, service="xsp", trace_per="profile", leveled=None, resource=
     TimeRangeError (a ValueError) for times that cannot be Unix-epoch ns; the trace is only
     read."""
     api, Resource, ReadableSpan, InstrumentationScope = _otel()
-    trace, leveled = _source(source, leveled)
-    if trace_per not in _TRACE_PER:
-        raise ValueError("trace_per must be 'profile' or 'step', not %r" % (trace_per,))
-    if trace_id is None:
-        trace_id = secrets.randbits(128) or 1
-    elif isinstance(trace_id, bool) or not isinstance(trace_id, int):
-        raise TypeError("trace_id must be an int, not %s" % type(trace_id).__name__)
-    elif not 0 < trace_id < 1 << 128:
-        raise ValueError("trace_id must be from 1 to 2**128-1 (a nonzero 128-bit id), not %d"
-                         % trace_id)
-    offset, anchor = wall_clock(trace)
-    if anchor == "estimated":
-        warnings.warn("the trace has no meta clock.wall_offset_ns (it was recorded by an "
-                      "older xsp, or made by hand): its times were anchored to the wall clock "
-                      "at export, which is right only if it was recorded on this machine "
-                      "since its last boot", XSPWarning, stacklevel=2)
-    res = Resource(_resource_attrs(trace, service, anchor, offset, resource))
+    ex = _Export(source, service, trace_per, leveled, resource, trace_id)
+    trace, leveled, offset = ex.trace, ex.leveled, ex.offset
+    res = Resource(ex.resource)
     scope = InstrumentationScope("xsp", __version__)
     n = len(trace)
-    # span ids: seed + xsp id, the seed chosen so that none is 0 or past 2**64-1
-    base = 1 + _derive(trace_id, b"xsp.span", 0, 64) % ((1 << 64) - n - 1)
+    base = ex.base
     parents = trace.parent_ids.tolist()
-    trace_of = [trace_id] * n
-    if trace_per == "step" and n:
-        step = trace.nearest_ancestor(trace.kind_codes == KINDS.index("step")).tolist()
-        step_ids = {s: _derive(trace_id, b"xsp.step", s, 128) for s in set(step) if s >= 0}
-        trace_of = [step_ids[s] if s >= 0 else trace_id for s in step]
+    ids = ex.trace_ids
+    trace_of = [ids[0]] * n if ex.trace_ix is None else [ids[k] for k in ex.trace_ix.tolist()]
     sampled = api.TraceFlags(api.TraceFlags.SAMPLED)
     ctx = [api.SpanContext(trace_of[i], base + i, is_remote=False, trace_flags=sampled)
            for i in range(n)]
     # Unix-epoch times, in Python ints, from the file's uint64 times (the int64 columns wrap
-    # past 2**63)
-    start = [t % (1 << 64) + offset for t in trace.start_ns.tolist()]
-    end = [t % (1 << 64) + offset for t in trace.end_ns.tolist()]
-    if n and (min(start) < 0 or max(end) >= 1 << 64):
-        i = start.index(min(start)) if min(start) < 0 else end.index(max(end))
-        raise TimeRangeError("span %d %s once anchored to the wall clock (offset %d ns, %s): "
-                             "the trace's times are not what its meta says" % (
-                                 i, "starts before the Unix epoch" if min(start) < 0 else
-                                 "ends past 2**64-1 ns", offset, anchor))
+    # past 2**63); _Export checked their range
+    start = [t + offset for t in trace.start_ns.view(np.uint64).tolist()]
+    end = [t + offset for t in trace.end_ns.view(np.uint64).tolist()]
     names = [printable(s) for s in trace.strings]
-    threads = [(int(tid), printable(name or "")) for tid, name, _k in trace.threads]
     name_codes, kind_codes = trace.name_codes.tolist(), trace.kind_codes.tolist()
     level_codes, thread_index = trace.level_codes.tolist(), trace.thread_index.tolist()
     flags = trace.flag_bits.tolist()
+    named = {KINDS.index("model"), KINDS.index("module")}
+    # the attributes every span of a (level, kind, track) starts with, in their order, made
+    # once and copied (xsp.span_id set in its place)
+    tracks = [{"xsp.thread": _value(int(tid)), "xsp.thread_name": printable(name or "")}
+              for tid, name, _k in trace.threads]
+    first = {}
+    keys = {}                       # xsp attribute key -> its OTLP name before renaming
+    attrs_of, internal = trace.attrs_of, api.SpanKind.INTERNAL
+    parent_attrs = {"xsp.link": "parent"}
     out = []
     for i in range(n):
-        kind = KINDS[kind_codes[i]]
-        tid, tname = threads[thread_index[i]]
-        attrs = {"xsp.level": LEVELS[level_codes[i]], "xsp.kind": kind, "xsp.span_id": i,
-                 "xsp.thread": _value(tid)}
-        if tname:
-            attrs["xsp.thread_name"] = tname
-        if kind in ("model", "module"):
+        lk = (level_codes[i], kind_codes[i], thread_index[i])
+        base_attrs = first.get(lk)
+        if base_attrs is None:
+            th = tracks[lk[2]]
+            base_attrs = {"xsp.level": LEVELS[lk[0]], "xsp.kind": KINDS[lk[1]],
+                          "xsp.span_id": 0, "xsp.thread": th["xsp.thread"]}
+            if th["xsp.thread_name"]:
+                base_attrs["xsp.thread_name"] = th["xsp.thread_name"]
+            first[lk] = base_attrs
+        attrs = base_attrs.copy()
+        attrs["xsp.span_id"] = i
+        if lk[1] in named:
             attrs["xsp.module"] = names[name_codes[i]]
         if flags[i]:
             attrs["xsp.flags"] = flags[i]
         if i in leveled:
             attrs["xsp.leveled_ns"] = float(leveled[i])
-        for k, v in trace.attrs_of(i).items():
-            key = "xsp." + printable(k)
+        for k, v in attrs_of(i).items():
+            key = keys.get(k)
+            if key is None:
+                key = keys[k] = "xsp." + printable(k)
             while key in attrs:
                 key = "xsp.attr." + key[len("xsp."):]
-            attrs[key] = _value(v)
+            # the trace's values: int64, float or str (_value's cases that can occur)
+            attrs[key] = printable(v) if v.__class__ is str else v
         p = parents[i]
         parent, links = None, ()
         if p >= 0:
             if trace_of[p] == trace_of[i]:
                 parent = ctx[p]
             else:                   # a step span under the region: its own trace's root
-                links = (api.Link(ctx[p], {"xsp.link": "parent"}),)
+                links = (api.Link(ctx[p], parent_attrs),)
         out.append(ReadableSpan(names[name_codes[i]], context=ctx[i], parent=parent,
                                 resource=res, attributes=attrs, links=links,
-                                kind=api.SpanKind.INTERNAL, start_time=start[i],
+                                kind=internal, start_time=start[i],
                                 end_time=end[i], instrumentation_scope=scope))
     return out
 
@@ -347,8 +414,9 @@ def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, 
 
     The SDK's exporter retries what is transient (connection errors, HTTP 429, 502, 503, 504)
     with backoff; `timeout` bounds the time spent on the collector, every batch and retry
-    together (connecting, sending, waiting for answers and between retries); encoding the
-    spans, about 0.1 ms a span with the SDK's encoder, comes on top.  When a batch fails,
+    together (connecting, sending, waiting for answers and between retries); making and
+    encoding the spans, about 55 us a span (the SDK's encoder 47 of them; docs/performance.md),
+    comes on top.  When a batch fails,
     raises ExportError (a RuntimeError) naming the endpoint, how many spans of how many were
     sent (the batches before it) and what failed (connection refused, the HTTP status, no
     answer within the timeout); the exporter's own log lines are kept out of the log
@@ -430,11 +498,83 @@ def to_json(source, **options):
     return _hex_ids(json_format.MessageToDict(request, use_integers_for_enums=True))
 
 
-def write(source, path, **options):
-    """Writes the OTLP/JSON of the export (to_json(source, **options); options as spans())
-    to path, atomically: a file that Jaeger's UI loads ("JSON File" upload) and that an
-    OTLP/HTTP JSON receiver accepts.  Returns path.  Raises OSError when it cannot be
-    written (what was at path stays), ImportError without the OpenTelemetry packages."""
+def write(source, path, *, service="xsp", trace_per="profile", leveled=None, resource=None,
+          trace_id=None):
+    """Writes the OTLP/JSON of the export (the value to_json(source, ...) gives; options as
+    spans()) to path, atomically: a file that Jaeger's UI loads ("JSON File" upload) and that
+    an OTLP/HTTP JSON receiver accepts.  A path ending in .gz is gzip-compressed.  Returns
+    path.  The spans are written by C (csrc/io/otlpw.c), streamed, with the GIL released, from
+    columns made here; the OpenTelemetry packages are not needed.  Raises OSError when it
+    cannot be written (what was at path stays), ValueError, TypeError or TimeRangeError as
+    spans(), before anything is written."""
+    ex = _Export(source, service, trace_per, leveled, resource, trace_id)
+    path = os.fspath(path)
+    head, tail, cols = _columns(ex)
+    gz = os.fsdecode(path).endswith(".gz")
+    atomic_write(path, lambda f: _core.write_otlp(f.fileno(), gz, core_data(ex.trace), head,
+                                                  tail, cols), binary=True)
+    return path
+
+
+def _any_value(v):
+    """An attribute value (as _value gives it) in protobuf's JSON mapping of an AnyValue."""
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v if math.isfinite(v) else
+                "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"}
+    return {"stringValue": v}
+
+
+def _columns(ex):
+    """(head, tail, cols): the text around the spans (the request, its one resource and scope)
+    and the columns of xsp_otlp_cols (csrc/io/otlpw.h) for the export ex."""
+    n = len(ex.trace)
+    if not n:                       # no spans: the request's JSON mapping is empty
+        return b"{}", b"\n", {"span_base": 0, "offset": 0,
+                               "trace_hi": np.ones(1, np.uint64),
+                               "trace_lo": np.ones(1, np.uint64),
+                               "trace_ix": np.zeros(0, np.int32),
+                               "lev_id": np.zeros(0, np.int64),
+                               "lev_val": np.zeros(0, np.float64)}
+    # the resource's attributes as the SDK's Resource keeps them (an empty key is dropped)
+    res = [{"key": k, "value": _any_value(v)} for k, v in ex.resource.items() if k]
+    head = '{"resourceSpans":[{"resource":%s,"scopeSpans":[{"scope":%s,"spans":[' % (
+        json.dumps({"attributes": res}, separators=(",", ":")),
+        json.dumps({"name": "xsp", "version": __version__}, separators=(",", ":")))
+    lev_id, lev_val = _leveled_columns(ex.leveled, n)
+    ids = ex.trace_ids
+    cols = {"span_base": ex.base, "offset": ex.offset % (1 << 64),
+            "trace_hi": np.array([t >> 64 for t in ids], dtype=np.uint64),
+            "trace_lo": np.array([t & ((1 << 64) - 1) for t in ids], dtype=np.uint64),
+            "trace_ix": np.zeros(0, np.int32) if ex.trace_ix is None else ex.trace_ix,
+            "lev_id": lev_id, "lev_val": lev_val}
+    return head.encode("utf-8"), b"]}]}]}\n", cols
+
+
+def _leveled_columns(leveled, n):
+    """(ids, values) of leveled ({span id: ns}) for the spans 0..n-1 that `i in leveled`
+    finds, increasing, the values as float() makes them."""
+    ids = set()
+    for k in leveled:
+        try:
+            i = int(k)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if 0 <= i < n and i == k:
+            ids.add(i)
+    ids = sorted(i for i in ids if i in leveled)
+    return (np.array(ids, dtype=np.int64),
+            np.array([float(leveled[i]) for i in ids], dtype=np.float64))
+
+
+# -- the reference: the Python writer the C one replaced, kept for the tests that compare them
+def _reference_write(source, path, **options):
+    """Writes the OTLP/JSON of the export as write did before the C writer: the SDK's encoder
+    and protobuf's JSON mapping (to_json), one json.dumps (tests/py/formats/
+    test_json_writers.py compares the two).  Needs the OpenTelemetry packages."""
     text = json.dumps(to_json(source, **options), separators=(",", ":")) + "\n"
     atomic_write(path, lambda f: f.write(text))
     return path

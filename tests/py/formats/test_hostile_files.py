@@ -68,20 +68,23 @@ def roundtrip(tr, path):
 
 def exporters(tr, tmp_path, html=True):
     """Every exporter of a Trace, by name: xsp.save in every format (the .xsp file loaded back
-    equal; Kineto's JSON plain and gzip, the Chrome trace, OTLP/JSON with xsp[otlp] installed),
-    the OTLP spans, the text report and (with html) the HTML report and fragment."""
+    equal; Kineto's JSON plain and gzip, the Chrome trace, OTLP/JSON plain and gzip), the OTLP
+    spans (with xsp[otlp] installed), the text report and (with html) the HTML report and
+    fragment."""
     at = lambda name: str(tmp_path / name)          # noqa: E731
     out = [
         ("save/load .xsp", lambda: roundtrip(tr, at("t.xsp"))),
         ("kineto.write", lambda: xsp.save(tr, at("t.pt.trace.json"))),
         ("kineto.write .gz", lambda: xsp.save(tr, at("t.pt.trace.json.gz"))),
         ("chrome.write", lambda: xsp.save(tr, at("t.json"))),
+        ("otlp.write", lambda: xsp.save(tr, at("t.otlp.json"))),
+        ("otlp.write per step .gz", lambda: xsp.formats.otlp.write(tr, at("t.otlp.json.gz"),
+                                                                   trace_per="step")),
         ("report.text", lambda: xsp.report.text(tr)),
     ]
     if HAVE_OTLP:
         out += [("otlp.spans", lambda: xsp.formats.otlp.spans(tr)),
-                ("otlp.spans per step", lambda: xsp.formats.otlp.spans(tr, trace_per="step")),
-                ("otlp.write", lambda: xsp.save(tr, at("t.otlp.json")))]
+                ("otlp.spans per step", lambda: xsp.formats.otlp.spans(tr, trace_per="step"))]
     if html:
         out += [("report.html", lambda: xsp.report.html(tr, at("t.html"))),
                 ("report.html_fragment", lambda: xsp.report.html_fragment(tr))]
@@ -200,8 +203,7 @@ def test_the_lists_cover_every_exporter_and_analysis(tmp_path):
                    "rank_trace", "merge"},
                "report": set(xsp.report.__all__) - {"compare", "compare_text"},
                "chrome": set(xsp.formats.chrome.__all__) - {"read"}}
-    if HAVE_OTLP:
-        covered["otlp"] = {"spans", "write"}
+    covered["otlp"] = {"spans", "write"} if HAVE_OTLP else {"write"}
     for mod, want in covered.items():
         assert {mod + "." + f for f in want} <= names, mod
     assert {"save/load", "kineto.write", "compare.compare"} <= names

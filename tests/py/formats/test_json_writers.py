@@ -1,9 +1,12 @@
-"""The C writers of Kineto's JSON and Chrome trace-event JSON (csrc/io/kinetow.c, chromew.c
-over jsonw.c) against the Python writers they replaced (kineto._reference_write,
-chrome._reference_write): for every kind of trace the other tests build (real profiles with
-shapes and memory, a training loop with steps, the level-G trace make ctest writes, a loaded
-torch.profiler trace, a Measurement's leveled latencies, intra-op threads, every hostile trace
-of test_hostile_files.py), json.load of the two files is the same value.  Also gzip and the
+"""The C writers of Kineto's JSON, Chrome trace-event JSON and OTLP/JSON (csrc/io/kinetow.c,
+chromew.c, otlpw.c over jsonw.c) against the Python writers they replaced
+(kineto._reference_write, chrome._reference_write, otlp._reference_write: the OpenTelemetry
+SDK's encoder and protobuf's JSON mapping, with xsp[otlp] installed; OTLP with one trace id
+per profile and per step, a fixed trace id): for every kind of trace the other tests build
+(real profiles with shapes and memory, a training loop with steps, the level-G trace make
+ctest writes, a loaded torch.profiler trace, a Measurement's leveled latencies, intra-op
+threads, every hostile trace of test_hostile_files.py), json.load of the two files is the
+same value.  Also gzip and the
 atomic write (nothing left beside the file, a failure leaves what was there)."""
 import functools
 import glob
@@ -12,13 +15,19 @@ import importlib.util
 import json
 import math
 import os
+import warnings
+from unittest import mock
 
 import pytest
 import torch
 
 import xsp
-from xsp.formats import chrome, kineto, tracks
+from xsp.formats import chrome, kineto, otlp, tracks
+from helpers import have_otlp
 from test_kineto import workload          # the same folder: a small training step
+
+HAVE_OTLP = have_otlp()
+TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPU_TRACE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "c", "bin", "gpu_steps.xsp")
@@ -72,6 +81,11 @@ def check_same(value, tmp_path, **options):
         assert len(a["traceEvents"]) == len(b["traceEvents"])
         for i, (x, y) in enumerate(zip(a["traceEvents"], b["traceEvents"])):
             assert _same(x, y), (i, x, y)
+    names = ["c.json", "py.json", "c.pt.trace.json", "py.pt.trace.json", "c.pt.trace.json.gz",
+             "py.pt.trace.json.gz"]
+    if HAVE_OTLP:
+        check_same_otlp(value, tmp_path)
+        names += ["c.otlp.json", "c.otlp.json.gz", "py.otlp.json"]
     got, want = tmp_path + "/c.json", tmp_path + "/py.json"
     chrome.write(value, got)
     chrome._reference_write(value, want)
@@ -80,9 +94,43 @@ def check_same(value, tmp_path, **options):
     assert len(a["traceEvents"]) == len(b["traceEvents"])
     for i, (x, y) in enumerate(zip(a["traceEvents"], b["traceEvents"])):
         assert _same(x, y), (i, x, y)
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        ["c.json", "py.json", "c.pt.trace.json", "py.pt.trace.json", "c.pt.trace.json.gz",
-         "py.pt.trace.json.gz"])                    # no temporary file left
+    assert sorted(os.listdir(tmp_path)) == sorted(names)       # no temporary file left
+
+
+def check_same_otlp(value, tmp_path):
+    """otlp.write (C) and otlp._reference_write (the SDK) of value, per profile and per step,
+    plain and gzip: the same JSON value, or the same exception from both.  An estimated wall
+    clock (no meta clock.wall_offset_ns) is taken once for both."""
+    tr = value if isinstance(value, xsp.Trace) else value.trace
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", xsp.XSPWarning)
+        clock = otlp.wall_clock(tr)
+    for trace_per in ("profile", "step"):
+        opts = {"trace_id": TRACE_ID, "trace_per": trace_per}
+        want, got = tmp_path + "/py.otlp.json", tmp_path + "/c.otlp.json"
+        with mock.patch.object(otlp, "wall_clock", lambda t: clock), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", xsp.XSPWarning)
+            try:
+                otlp._reference_write(value, want, **opts)
+            except Exception as exc:            # a trace OTLP cannot carry: the same error
+                with pytest.raises(type(exc)):
+                    otlp.write(value, got, **opts)
+                continue
+            b = _load(want)
+            for path in (got, got + ".gz"):
+                assert otlp.write(value, path, **opts) == path
+                a = _load(path)
+                assert a.keys() == b.keys()
+                if not b:                           # no spans: an empty request
+                    continue
+                (ra,), (rb,) = a["resourceSpans"], b["resourceSpans"]
+                assert _same(ra["resource"], rb["resource"])
+                (sa,), (sb,) = ra["scopeSpans"], rb["scopeSpans"]
+                assert sa["scope"] == sb["scope"] and len(sa["spans"]) == len(sb["spans"])
+                for i, (x, y) in enumerate(zip(sa["spans"], sb["spans"])):
+                    assert _same(x, y), (trace_per, i, x, y)
+                assert _same(a, b)
 
 
 def test_a_profile_with_shapes_and_memory(tmp_path):
@@ -173,3 +221,72 @@ def test_a_failed_write_leaves_what_was_there(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         kineto.write(tr, path)
     assert open(path).read() == "old" and os.listdir(tmp_path) == ["t.pt.trace.json"]
+
+
+@pytest.mark.skipif(not HAVE_OTLP, reason="xsp[otlp] is not installed")
+def test_otlp_attribute_names_and_edge_values(tmp_path):
+    """OTLP's own cases: xsp attributes named as xsp's (xsp.attr.level, xsp.attr.attr.level),
+    keys that are the same once their bytes that are not UTF-8 are '?', a thread without a
+    name and one past 2**63, flags, a span without a name, a start at 0 ns once anchored (left
+    out, as protobuf's JSON mapping leaves a default out), leveled NaN and infinity, resource
+    attributes of every type and an empty key; the region under no step with trace_per="step"
+    keeps the profile's trace id."""
+    bad1 = b"a\xff".decode("utf-8", "surrogateescape")
+    bad2 = b"a\xfe".decode("utf-8", "surrogateescape")
+    spans = [{"name": "", "kind": "region", "start_ns": 6, "end_ns": 10 ** 6},
+             {"name": "s", "kind": "step", "start_ns": 7, "end_ns": 900, "parent": 0},
+             {"name": "m", "kind": "module", "start_ns": 8, "end_ns": 99, "parent": 1,
+              "thread": 1, "flags": 2,
+              "attrs": {"level": 1, "attr.level": "x", "thread_name": "t", "module": 2.5,
+                        bad1: 1, bad2: 2, "a?": 3, "leveled_ns": -0.0}},
+             {"name": "op", "kind": "op", "start_ns": 9, "end_ns": 9, "parent": 2,
+              "thread": 1, "attrs": {"f": float("inf"), "n": -2 ** 63}}]
+    tr = xsp.Trace.from_spans(spans, threads=[(1, "main", 0), (2 ** 64 - 1, "", 0)],
+                              meta={"levels": "ML", "clock.wall_offset_ns": -6})
+    leveled = {0: float("nan"), 2: float("-inf"), 3: 7}
+    for per in ("profile", "step"):
+        opts = dict(trace_id=TRACE_ID, trace_per=per, leveled=leveled, service="svc",
+                    resource={"b": True, "f": 0.5, "big": 2 ** 70, "": "dropped", "s": ""})
+        got, want = str(tmp_path / "c.otlp.json"), str(tmp_path / "py.otlp.json")
+        otlp.write(tr, got, **opts)
+        otlp._reference_write(tr, want, **opts)
+        a, b = _load(got), _load(want)
+        assert _same(a, b)
+        sp = a["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        assert "name" not in sp[0] and "startTimeUnixNano" not in sp[0]
+        keys = [kv["key"] for kv in sp[2]["attributes"]]
+        assert keys == ["xsp.level", "xsp.kind", "xsp.span_id", "xsp.thread", "xsp.module",
+                        "xsp.flags", "xsp.leveled_ns", "xsp.attr.level", "xsp.attr.attr.level",
+                        "xsp.thread_name", "xsp.attr.module", "xsp.a?", "xsp.attr.a?",
+                        "xsp.attr.attr.a?", "xsp.attr.leveled_ns"]
+        assert sp[2]["attributes"][3]["value"] == {"stringValue": str(2 ** 64 - 1)}
+        assert sp[0]["attributes"][-1] == {"key": "xsp.leveled_ns",
+                                           "value": {"doubleValue": "NaN"}}
+        res = {kv["key"]: kv["value"] for kv in a["resourceSpans"][0]["resource"]["attributes"]}
+        assert res["b"] == {"boolValue": True} and res["big"] == {"stringValue": str(2 ** 70)}
+        assert "" not in res and res["s"] == {"stringValue": ""}
+        ids = {s["traceId"] for s in sp}
+        assert len(ids) == (2 if per == "step" else 1) and sp[0]["traceId"] == "%032x" % TRACE_ID
+
+
+def test_otlp_write_needs_no_opentelemetry(tmp_path):
+    """The C writer makes the OTLP/JSON file without the OpenTelemetry packages; xsp.save
+    writes .otlp.json.gz as gzip-compressed OTLP/JSON (not Kineto's, as .json.gz is)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+    code = ("import sys; sys.modules['opentelemetry'] = None; sys.modules['google'] = None\n"
+            "import json, xsp\n"
+            "tr = xsp.Trace.from_spans([{'name': 'a', 'kind': 'op', 'start_ns': 1, "
+            "'end_ns': 2}], meta={'clock.wall_offset_ns': 5})\n"
+            "import gzip\n"
+            "xsp.save(tr, sys.argv[1], trace_id=3)\n"
+            "xsp.save(tr, sys.argv[1] + '.gz', trace_id=3)\n"
+            "assert json.load(gzip.open(sys.argv[1] + '.gz')) == json.load(open(sys.argv[1]))\n"
+            "sp = json.load(open(sys.argv[1]))['resourceSpans'][0]['scopeSpans'][0]['spans']\n"
+            "print(sp[0]['traceId'], sp[0]['startTimeUnixNano'], sp[0]['endTimeUnixNano'])\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.otlp.json")], cwd=root,
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "%032x 6 7\n" % 3
