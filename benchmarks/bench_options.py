@@ -10,9 +10,16 @@ round by round (shuffled, as the other benchmarks):
 for the options none, record_shapes, profile_memory and with_stack (with_stack only where
 xsp.profile takes it).  For each: ns per op above unprofiled inside the block, and end to end
 (start + block + stop + building the results: events() / the Trace), per-round paired
-(common.paired_scaled), median ± half the IQR; then per option the ratio torch.profiler / xsp.
+(common.paired_scaled), median ± half the IQR; then per option the ratio torch.profiler / xsp;
+then each variant's time as a ratio to unprofiled's in the same round (median ± half the IQR).
+
+--model vit times a ViT training step instead (transformers' ViTForImageClassification from a
+small ViTConfig: 32x32 images, 8x8 patches, hidden 64, 2 layers, 4 heads, MLP 128, 10 labels;
+random weights, nothing downloaded; batch 8; zero_grad, forward with labels, backward, an SGD
+step).  --levels sets xsp's levels (default L; ML records the model call and the modules too).
 
     python benchmarks/bench_options.py [--steps 20] [--rounds 21] [--options a,b]
+        [--model mlp|vit] [--levels L|ML]
 """
 import argparse
 import inspect
@@ -39,6 +46,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--options", default=",".join(OPTIONS))
+    ap.add_argument("--model", choices=("mlp", "vit"), default="mlp")
+    ap.add_argument("--levels", choices=("L", "ML"), default="L")
     args = ap.parse_args(argv)
     opts = [o.strip() for o in args.options.split(",") if o.strip()]
     bad = [o for o in opts if o not in OPTIONS]
@@ -48,13 +57,14 @@ def main(argv=None):
     opts = [o for o in opts if o in available()]
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-    x, y = torch.randn(16, 64), torch.randn(16, 8)
-    loss_fn = nn.MSELoss()
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+    if args.model == "vit":
+        try:
+            step, what = vit_step()
+        except ImportError as e:
+            print("--model vit needs transformers: %s" % e, file=sys.stderr)
+            return 2
+    else:
+        step, what = mlp_step()
 
     def block():
         t0 = common.now()
@@ -62,7 +72,7 @@ def main(argv=None):
             step()
         return common.now() - t0
 
-    with xsp.profile(levels="L") as p:       # ops per step, counted once
+    with xsp.profile(levels=args.levels) as p:       # ops per step, counted once
         step()
     n_ops = len(p.trace.spans(kind="op")) + len(p.trace.spans(kind="backward"))
     n = n_ops * args.steps
@@ -93,7 +103,7 @@ def main(argv=None):
 
         def run():
             t0 = common.now()
-            prof = xsp.profile(levels="L", **kw)
+            prof = xsp.profile(levels=args.levels, **kw)
             prof.start()
             t1 = common.now()
             tb = block()
@@ -116,8 +126,8 @@ def main(argv=None):
         f()
     res = common.rounds(variants, args.rounds)
     print(common.machine())
-    print("per-op cost of each option: an MLP training step (%d ops and backward nodes) x %d "
-          "steps per block, %d rounds" % (n_ops, args.steps, args.rounds))
+    print("per-op cost of each option: %s (%d ops and backward nodes) x %d steps per block, "
+          "%d rounds; xsp levels %s" % (what, n_ops, args.steps, args.rounds, args.levels))
     print("unprofiled: %.0f ns/op (median)" % common.med(res["unprofiled"]["block"]))
     print("%-30s %22s %24s" % ("variant", "in block, ns/op above", "end to end, ns/op above"))
     over = {}
@@ -139,9 +149,54 @@ def main(argv=None):
             if o != "none":
                 print("%-15s xsp's cost above no option: %+.1f ns/op in block"
                       % (o, over[o + " xsp"][0] - xb0))
+    print("time as a ratio to unprofiled's in the same round, median ± half the IQR:")
+    print("%-30s %22s %24s" % ("variant", "in block", "end to end"))
+    for k in variants:
+        if k != "unprofiled":
+            print("%-30s %22s %24s" % (k, times_unprofiled(res, k, "block"),
+                                       times_unprofiled(res, k, "e2e")))
     if skipped:
         print("not measured (xsp.profile does not take them): %s" % ", ".join(skipped))
     return 0
+
+
+def mlp_step():
+    """Linear 64 -> 64, ReLU, Linear 64 -> 8, MSE loss, backward; batch 16."""
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    x, y = torch.randn(16, 64), torch.randn(16, 8)
+    loss_fn = nn.MSELoss()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+    return step, "an MLP training step"
+
+
+def vit_step():
+    """A small ViT from transformers' ViTConfig with random weights (no download): zero_grad,
+    forward with labels (the model's cross-entropy loss), backward, an SGD step; batch 8.
+    Raises ImportError when transformers is not importable."""
+    from transformers import ViTConfig, ViTForImageClassification
+    cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
+                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                    num_labels=10)
+    model = ViTForImageClassification(cfg)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(pixel_values=x, labels=y).loss.backward()
+        opt.step()
+    return step, "a ViT training step (transformers, 2 layers, hidden 64, batch 8)"
+
+
+def times_unprofiled(res, k, metric):
+    """k's time over unprofiled's in the same round (unprofiled has no start or stop: its
+    end-to-end time is its block), as "median x ±half the IQR"."""
+    rs = [x / y for x, y in zip(res[k][metric], res["unprofiled"]["block"])]
+    return "%.3fx ±%.3f" % (common.med(rs), common.spread(rs) / 2)
 
 
 if __name__ == "__main__":

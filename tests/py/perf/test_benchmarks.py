@@ -165,16 +165,51 @@ def test_the_production_shim_has_no_benchmark_code():
         "_C_API", "attach", "attached", "detach", "mem_begin", "mem_end", "torch_version"]
 
 
+def _options_tables(out):
+    """bench_options' two tables (ns per op above unprofiled; times unprofiled) as lists of
+    [option, profiler] rows, and the lines of the second."""
+    cut = [i for i, line in enumerate(out) if line.startswith("time as a ratio to unprofiled")]
+    assert len(cut) == 1
+    pat = r"^\w+ (torch\.profiler|xsp)\s"
+    above, times = out[:cut[0]], out[cut[0]:]
+    return ([line.split()[0:2] for line in above if re.match(pat, line)],
+            [line.split()[0:2] for line in times if re.match(pat, line)],
+            [line for line in times if re.match(pat, line)])
+
+
 def test_bench_options_prints_every_option(capsys):
     import bench_options
     assert bench_options.main(["--steps", "1", "--rounds", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     opts = bench_options.available()
-    rows = [line.split()[0:2] for line in out if re.match(r"^\w+ (torch\.profiler|xsp)\s", line)]
-    assert rows == [[o, v] for o in opts for v in ("torch.profiler", "xsp")]
+    above, times, lines = _options_tables(out)
+    assert above == times == [[o, v] for o in opts for v in ("torch.profiler", "xsp")]
+    # each ratio row: in block and end to end, each "<median>x ±<half IQR>"
+    assert all(re.fullmatch(r"\S+ \S+\s+(\d+\.\d{3}x ±\d+\.\d{3}\s*){2}", line)
+               for line in lines), lines
     assert [line.split()[0] for line in out if "torch.profiler/xsp:" in line] == opts
     with pytest.raises(SystemExit):
         bench_options.main(["--options", "bogus"])
+    with pytest.raises(SystemExit):
+        bench_options.main(["--model", "resnet"])
+
+
+def test_bench_options_vit_at_level_ml(capsys):
+    """--model vit: transformers' ViT from a small ViTConfig, random weights, no download;
+    xsp at levels ML records its model call (level M) beside the ops."""
+    pytest.importorskip("transformers")
+    import bench_options
+    assert bench_options.main(["--model", "vit", "--levels", "ML", "--options", "record_shapes",
+                               "--steps", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = [line for line in out if line.startswith("per-op cost of each option: a ViT")]
+    assert len(head) == 1 and head[0].endswith("xsp levels ML"), out
+    above, times, _ = _options_tables(out)
+    assert above == times == [["record_shapes", "torch.profiler"], ["record_shapes", "xsp"]]
+    step, _ = bench_options.vit_step()
+    with xsp.profile(levels="ML") as p:
+        step()
+    assert [s.name for s in p.trace.spans(kind="model")] == ["ViTForImageClassification"]
 
 
 def test_bench_zoo_query_prints_every_query(capsys, monkeypatch):
