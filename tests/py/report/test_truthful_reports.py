@@ -2,7 +2,6 @@
 "Phases of a step", "Models and layers"): iterations equal the user's steps, the setup before
 the first step() is shown and never an iteration, a loss or a lone layer is a layer and not a
 model, each figure says what it is, the op table, units in the cells, noise."""
-import re
 
 import numpy as np
 import pytest
