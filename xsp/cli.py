@@ -29,7 +29,7 @@ import xsp
 from xsp import TraceFormatError, report
 from xsp.core.fmt import fmt_ns
 from xsp.core.util import printable
-from xsp.formats import load, save
+from xsp.formats import format_of, load, save
 
 
 class _Fail(Exception):
@@ -100,10 +100,12 @@ def _parser():
                        "first), Kineto's JSON (torch.profiler's, for HTA and TensorBoard), or "
                        "OpenTelemetry spans (sent over OTLP/HTTP, or OTLP/JSON for Jaeger)")
     e.add_argument("trace")
-    e.add_argument("-o", "--output", help="file to write (.gz: compressed, kineto only); "
-                   "required but for --format otlp")
+    e.add_argument("-o", "--output", help="file to write (.gz: compressed); required but for "
+                   "--format otlp")
     e.add_argument("--format", choices=["chrome", "kineto", "otlp", "otlp-json"],
-                   default="chrome")
+                   help="default: as xsp.save, from -o's extension (.pt.trace.json[.gz]: "
+                   "kineto, .otlp.json[.gz]: otlp-json, any other: chrome), otlp with "
+                   "--endpoint")
     e.add_argument("--endpoint", metavar="URL", help="otlp: the collector's OTLP/HTTP traces "
                    "URL, e.g. http://localhost:4318/v1/traces")
     e.add_argument("--service", default="xsp", help="otlp: resource service.name (default "
@@ -485,7 +487,24 @@ def _summary(ns):
     return 0
 
 
+# xsp.formats.format_of's names -> export's --format
+_EXPORT_FORMAT = {"kineto": "kineto", "chrome": "chrome", "otlp": "otlp-json"}
+
+
+def _export_format(ns):
+    """--format, or what xsp.save would write to -o (with --endpoint: otlp)."""
+    if ns.format is not None:
+        return ns.format
+    if ns.endpoint and not ns.output:
+        return "otlp"
+    if ns.output and format_of(ns.output) == "xsp":
+        raise _Fail("-o %s: xsp export writes JSON (chrome, kineto or otlp-json), not a .xsp "
+                    "file: copy the trace, or pass --format" % ns.output)
+    return _EXPORT_FORMAT.get(format_of(ns.output) if ns.output else None, "chrome")
+
+
 def _export(ns):
+    ns.format = _export_format(ns)
     if ns.format == "otlp" and not ns.endpoint:
         raise _Fail("--format otlp needs --endpoint URL (the collector's OTLP/HTTP traces URL, "
                     "e.g. http://localhost:4318/v1/traces)")

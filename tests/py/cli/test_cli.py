@@ -219,6 +219,39 @@ def test_run_of_a_script_that_ends_with_os_exit(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ex.py", "f.xsp", "p.xsp", "q.xsp"]
 
 
+def test_export_format_from_the_extension(tmp_path, capsys):
+    """Without --format, xsp export writes what xsp.save would to -o's name: Kineto's JSON to
+    .pt.trace.json[.gz], OTLP/JSON to .otlp.json[.gz], Chrome's to any other; never JSON into a
+    .xsp file."""
+    import gzip
+    from xsp.formats import format_of
+    from helpers import sibling
+    S = sibling("analysis", "test_analysis").S
+    trace = str(tmp_path / "t.xsp")
+    xsp.save(xsp.Trace.from_spans([S("prof", "region", 0, 1000),
+                                   S("Net", "model", 0, 1000, 0, type="Net")],
+                                  meta={"levels": "ML"}), trace)
+    for name, key in (("a.json", "traceEvents"), ("b.pt.trace.json", "schemaVersion"),
+                      ("c.pt.trace.json.gz", "schemaVersion"), ("d.otlp.json", "resourceSpans"),
+                      ("e.otlp.json.gz", "resourceSpans"), ("f.trace", "traceEvents")):
+        out = tmp_path / name
+        assert cli.main(["export", trace, "-o", str(out)]) == 0
+        raw = out.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
+        assert key in doc, name
+        # Kineto's JSON has a schema version, Chrome's (the same trace-event syntax) none
+        assert ("schemaVersion" in doc) == (format_of(name) == "kineto"), name
+    capsys.readouterr()
+    assert cli.main(["export", trace, "-o", str(tmp_path / "g.xsp")]) == 1
+    assert capsys.readouterr().err.startswith("xsp: error: -o %s: xsp export writes JSON"
+                                              % (tmp_path / "g.xsp"))
+    assert not (tmp_path / "g.xsp").exists()
+    # an explicit --format wins over the name
+    assert cli.main(["export", trace, "--format", "chrome",
+                     "-o", str(tmp_path / "h.otlp.json")]) == 0
+    assert "traceEvents" in json.loads((tmp_path / "h.otlp.json").read_text())
+
+
 @pytest.mark.parametrize("argv,status,message", [
     (["summary", "missing.xsp"], 1, "xsp: error: cannot read 'missing.xsp'"),
     (["run", "--levels", "Q", "x.py"], 1, "xsp: error: --levels: unknown level letter 'Q'"),
