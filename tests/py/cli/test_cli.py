@@ -99,7 +99,11 @@ def test_summary_export_report_compare(ran, tmp_path, capsys):
     assert "Top 2 layers" in out
     tree = out[out.index("\nTree of iteration "):].splitlines()[2:]
     assert tree[0].startswith("step#")
-    assert sum(ln.startswith("├─ TinyResNet [model]") for ln in tree) == 1
+    # the model once among the step's children; whether it is the last one shown depends on
+    # timing (children under 1% of the step are hidden, and a slow first step, e.g. on a
+    # loaded machine, hides the backward nodes after it)
+    assert sum(ln.startswith(("├─ TinyResNet [model]", "└─ TinyResNet [model]"))
+               for ln in tree) == 1
     assert len(tree) <= 61
     assert cli.main(["export", trace, "-o", str(tmp_path / "t.json")]) == 0
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
