@@ -143,6 +143,18 @@ void xsp_rec_begin(uint8_t level, uint8_t kind, const char *name, size_t name_le
 #endif
 void xsp_rec_begin_l(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
 
+/* Hot path.  The torch shim's op entry: stores a null pointer at ret (a pointer-sized object:
+ * the std::unique_ptr<at::ObserverContext> that torch's start callback returns), then
+ * xsp_rec_begin_l(kind & 15, name, key, a0, a1); returns ret.  kind is an enum xsp_kind ORed
+ * with XSP_OP_TAG (include/xsp_api.h): the begin's tag in the log, which the fast path then
+ * stores as it comes.  With the x86-64 System V ABI, a
+ * function that returns a class with a non-trivial destructor takes the address of the result
+ * in the first argument register and returns it, so a start callback whose only work is this
+ * call compiles to one tail call (csrc/torch/shim.cpp).  ret must be valid for a pointer-sized
+ * store. */
+void *xsp_rec_op_start(void *ret, uint64_t key, uint32_t kind, int64_t a0, int64_t a1,
+                       const char *name);
+
 /* Hot path.  Ends the innermost open span with this key on the calling thread, ORing flags
  * (e.g. XSP_FLAG_ELIDE, below 64) into it.  Same guarantees as xsp_rec_begin. */
 void xsp_rec_end(uint64_t key, uint32_t flags);

@@ -33,11 +33,14 @@
                                      * the next names_changed() (see recorder.h) */
 #endif
 #ifndef XSP_NAME_UNSTABLE
-#define XSP_NAME_UNSTABLE (UINT64_C(1) << 62)  /* ORed into rec_begin_l's name address when the
+#define XSP_NAME_UNSTABLE (UINT64_C(1) << 62)  /* ORed into rec_op_start's name address when the
                                      * bytes may change before names_changed() (recorder.h) */
 #endif
+#define XSP_OP_TAG 0x90u            /* ORed into rec_op_start's kind by the shim: the bits of
+                                     * a level-L begin's tag in the core's log (recorder.c
+                                     * asserts it) */
 /* The version of both tables (see the ABI rule above). */
-#define XSP_ABI_VERSION 7
+#define XSP_ABI_VERSION 8
 
 /* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
  * payload.  Part of the ABI between the core and the shim. */
@@ -60,8 +63,9 @@ typedef struct xsp_core_api {
     void (*rec_end)(uint64_t key, uint32_t flags);
     uint64_t (*rec_now)(void);
     int (*session_active)(void);
-    /* xsp_rec_begin_l and xsp_rec_end_l, the shim's op entry and exit */
-    void (*rec_begin_l)(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1);
+    /* xsp_rec_op_start and xsp_rec_end_l, the shim's op entry and exit (recorder.h) */
+    void *(*rec_op_start)(void *ret, uint64_t key, uint32_t kind, int64_t a0, int64_t a1,
+                          const char *name);
     void (*rec_end_l)(uint64_t key);
     /* xsp_rec_names_changed, called by the shim when an operator is registered or
      * deregistered (see XSP_NAME_UNSTABLE) */
@@ -75,7 +79,7 @@ typedef struct xsp_core_api {
      * (recorder.h: 0 plain, 1 intra-op) and sets *num */
     void (*set_thread_role_fn)(uint32_t (*fn)(uint32_t *num));
     /* xsp_rec_set_forward_tid_fn (recorder.h): the shim's function that gives a backward
-     * node's forward thread id from the key rec_begin_l received for it */
+     * node's forward thread id from the key rec_op_start received for it */
     void (*set_forward_tid_fn)(int64_t (*fn)(uint64_t key));
 } xsp_core_api;
 

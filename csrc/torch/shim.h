@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Registers the shim's global RecordFunction callback, which from then on calls
- * api->rec_begin_l / api->rec_end_l for every op, backward node and user scope on any thread,
+ * api->rec_op_start / api->rec_end_l for every op, backward node and user scope on any thread,
  * and api->names_changed whenever an operator is registered or deregistered; the shim's
  * thread-role function is handed to api->set_thread_role_fn.  api must be the table of a core
  * of this build (version XSP_ABI_VERSION, size sizeof(xsp_core_api)); its pointers are

@@ -504,11 +504,11 @@ static const char *unstable(const char *name)
     return (const char *)((uintptr_t)name | XSP_NAME_UNSTABLE);
 }
 
-/* The torch shim's op entry and exit, xsp_rec_begin_l/xsp_rec_end_l, give the same records as
- * the general entries, interleaved with their spans: names seen again at an address (stable or
- * not) are found, names at a reused address are read again, an operator registration (names
- * epoch) makes a stable name be read again, keys keep 56 bits, a1 keeps 32 bits, and
- * thousands of ops cross log chunks.  fake: under the fake clock (exact times; the slow paths,
+/* The op entry and exit, xsp_rec_begin_l (or the shim's xsp_rec_op_start) and xsp_rec_end_l,
+ * give the same records as the general entries, interleaved with their spans: names seen
+ * again at an address (stable or not) are found, names at a reused address are read again, an
+ * operator registration (names epoch) makes a stable name be read again, keys keep 56 bits,
+ * a1 keeps 32 bits, and thousands of ops cross log chunks.  fake: under the fake clock (exact times; the slow paths,
  * since the fast paths need the TSC); else the real clock (the fast paths where the TSC is the
  * clock; times checked for order and nesting). */
 /* The forward-thread function op_entry(fwd) sets: key 8 (its backward node) ran its forward on
@@ -518,6 +518,22 @@ static int64_t fwd_of(uint64_t key)
 {
     fwd_calls++;
     return key == 8 ? INT64_C(0xFFFFFFFF) : -1;
+}
+
+/* op_entry's begins: xsp_rec_begin_l, or (op_start_mode) the shim's entry, xsp_rec_op_start,
+ * which must also store a null pointer at its first argument and return it, on the fast and the
+ * slow paths alike (op_start_bad counts the times it did not). */
+static int op_start_mode;
+static uint64_t op_start_bad;
+static void op_begin(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
+{
+    if (!op_start_mode) {
+        xsp_rec_begin_l(kind, name, key, a0, a1);
+        return;
+    }
+    void *slot = &slot;                           /* not null: the entry must clear it */
+    void *r = xsp_rec_op_start(&slot, key, kind | XSP_OP_TAG, a0, a1, name);
+    op_start_bad += r != (void *)&slot || slot != NULL;
 }
 
 static void op_entry(int fake, int fwd)
@@ -532,21 +548,21 @@ static void op_entry(int fake, int fwd)
     uint64_t top = UINT64_C(0xAB) << 56;          /* dropped: keys keep their low 56 bits */
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::linear", 12, NULL, 0, top | 3,
                   INT64_C(1) << 40, 7);                                   /* 103 */
-    xsp_rec_begin_l(XSP_KIND_OP, buf, 4, 9, 7);                       /* 104, miss */
+    op_begin(XSP_KIND_OP, buf, 4, 9, 7);                       /* 104, miss */
     xsp_rec_end_l(4);                                                     /* 105 */
-    xsp_rec_begin_l(XSP_KIND_OP, buf, 5, 10, 7);                      /* 106, hit */
+    op_begin(XSP_KIND_OP, buf, 5, 10, 7);                      /* 106, hit */
     xsp_rec_end_l(5);                                                     /* 107 */
     strcpy(buf, "aten::mul");                     /* same address, other bytes */
     xsp_rec_names_changed();                      /* as the shim's registration listener */
-    xsp_rec_begin_l(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
+    op_begin(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
     xsp_rec_end_l(6);                                                     /* 109 */
     xsp_rec_end(3, 0);                            /* top bits differ: still its end, 110 */
     /* fwd: as the shim, the backward node's own thread id, and the core asks fwd_of */
     if (fwd)
         xsp_rec_set_forward_tid_fn(fwd_of);
     fwd_calls = 0;
-    xsp_rec_begin_l(XSP_KIND_BACKWARD, unstable("MulBackward0"), 8, 11,
-                    fwd ? 77 : 0xFFFFFFFFu);                               /* 111 */
+    op_begin(XSP_KIND_BACKWARD, unstable("MulBackward0"), 8, 11,
+             fwd ? 77 : 0xFFFFFFFFu);                               /* 111 */
     xsp_rec_set_forward_tid_fn(NULL);
     CHECK_EQ_U(fwd_calls, fwd ? 1 : 0);
     xsp_rec_end_l(8);                                                     /* 112 */
@@ -554,8 +570,8 @@ static void op_entry(int fake, int fwd)
     const uint64_t n = 10000;                     /* 3 log chunks of ops */
     char scope[16] = "scope";                     /* not stable: compared at every sighting */
     for (uint64_t i = 0; i < n; i++) {
-        xsp_rec_begin_l(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP,
-                        i % 100 == 0 ? unstable(scope) : "aten::relu", 100 + i, (int64_t)i, 1);
+        op_begin(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP,
+                 i % 100 == 0 ? unstable(scope) : "aten::relu", 100 + i, (int64_t)i, 1);
         xsp_rec_end_l(100 + i);
     }
     xsp_rec_end(1, 0);
@@ -608,10 +624,15 @@ static void op_entry(int fake, int fwd)
 
 static void test_op_entry(void)
 {
-    op_entry(1, 0);
-    op_entry(0, 0);
-    op_entry(1, 1);
-    op_entry(0, 1);
+    for (op_start_mode = 0; op_start_mode < 2; op_start_mode++) {
+        op_start_bad = 0;
+        op_entry(1, 0);
+        op_entry(0, 0);
+        op_entry(1, 1);
+        op_entry(0, 1);
+        CHECK_EQ_U(op_start_bad, 0);
+    }
+    op_start_mode = 0;
     if (!atomic_load(&xsp_clock_rdtsc))
         printf("  note: the TSC is not the clock here: the op entry's fast path was not run\n");
 }
