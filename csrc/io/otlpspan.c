@@ -204,7 +204,8 @@ static const double *leveled(xsp_otlp_span *s, const xsp_otlp_cols *c, uint32_t 
            ? &c->lev_val[s->lev_next] : NULL;
 }
 
-static char *u64_text(char *buf, uint64_t v)
+/* v in decimal into buf (at least 21 bytes, NUL-ended); its length. */
+static size_t u64_text(char *buf, uint64_t v)
 {
     char tmp[20];
     int k = 20;
@@ -214,7 +215,7 @@ static char *u64_text(char *buf, uint64_t v)
     } while (v);
     memcpy(buf, tmp + k, (size_t)(20 - k));
     buf[20 - k] = 0;
-    return buf;
+    return (size_t)(20 - k);
 }
 
 int xsp_otlp_span_get(xsp_otlp_span *s, const xsp_trace *t, const xsp_otlp_cols *c, uint32_t i)
@@ -254,8 +255,10 @@ int xsp_otlp_span_get(xsp_otlp_span *s, const xsp_trace *t, const xsp_otlp_cols 
     uint64_t tid = t->threads[sp->thread].tid;
     if (tid < (uint64_t)1 << 63)        /* int64; past it, its decimal text */
         kv_add(s, "xsp.thread", XSP_OTLP_INT)->i = (int64_t)tid;
-    else
-        kv_str(s, "xsp.thread", u64_text(s->tid, tid), strlen(s->tid));
+    else {
+        size_t tn = u64_text(s->tid, tid);
+        kv_str(s, "xsp.thread", s->tid, tn);
+    }
     size_t n;
     const char *tname = str_of(t, t->threads[sp->thread].name, &n);
     if (n) {

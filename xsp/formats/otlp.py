@@ -521,21 +521,15 @@ def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, 
     requests = _requests()
     ex = _Export(source, service, trace_per, leveled, resource, trace_id)
     total, sent = len(ex.trace), 0
-    if not total:
-        return 0
-    data, cols = core_data(ex.trace), _cols(ex)
-    res, scope = _pb_resource(ex.resource), _pb_scope()
     n_batches = -(-total // batch)
     waited = 0.0                    # seconds spent on the collector so far
     poster = _Poster(requests, endpoint, headers)
     try:
-        for k, lo in enumerate(range(0, total, batch)):
+        for k, (lo, hi, body) in enumerate(_bodies(ex, batch)):
             left = float(timeout) - waited
             if left <= 0:
                 raise ExportError(endpoint, sent, total, "timed out: the timeout (%gs) was "
                                   "spent before batch %d of %d" % (timeout, k + 1, n_batches))
-            hi = min(lo + batch, total)
-            body = _core.encode_otlp(data, res, scope, cols, lo, hi)
             t0 = time.monotonic()
             ok = poster.post(body, left)
             waited += time.monotonic() - t0
@@ -546,6 +540,20 @@ def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, 
     finally:
         poster.close()
     return sent
+
+
+def _bodies(ex, batch):
+    """(lo, hi, body) for each batch of the export ex: spans lo to hi - 1 and their request, the
+    serialized ExportTraceServiceRequest (csrc/io/otlppb.c), each encoded when asked for; none
+    for an empty trace."""
+    total = len(ex.trace)
+    if not total:
+        return
+    data, cols = core_data(ex.trace), _cols(ex)
+    res, scope = _pb_resource(ex.resource), _pb_scope()
+    for lo in range(0, total, batch):
+        hi = min(lo + batch, total)
+        yield lo, hi, _core.encode_otlp(data, res, scope, cols, lo, hi)
 
 
 def _hex_ids(obj):
