@@ -116,22 +116,28 @@ static int same_key(const xsp_trace *t, uint32_t a, uint32_t b)
     return na == nb && memcmp(sa, sb, na) == 0;
 }
 
-/* The next attribute slot of s (room made by the caller). */
-static xsp_otlp_kv *kv_add(xsp_otlp_span *s, const char *key, int type)
+/* The next attribute slot of s (room made by the caller), named key[0..key_len). */
+static xsp_otlp_kv *kv_add(xsp_otlp_span *s, const char *key, size_t key_len, int type)
 {
     xsp_otlp_kv *kv = &s->kv_buf[s->n_kv++];
     kv->key = key;
-    kv->key_len = key ? strlen(key) : 0;
+    kv->key_len = key_len;
+    kv->key_plain = key != NULL;        /* a literal of this file; NULL: the span's own */
     kv->type = type;
     return kv;
 }
 
-static void kv_str(xsp_otlp_span *s, const char *key, const char *v, size_t n)
+/* kv_add of a literal key */
+#define KV(s, lit, type) kv_add((s), (lit), sizeof(lit) - 1, (type))
+
+static void kv_str(xsp_otlp_span *s, const char *key, size_t key_len, const char *v, size_t n)
 {
-    xsp_otlp_kv *kv = kv_add(s, key, XSP_OTLP_STR);
+    xsp_otlp_kv *kv = kv_add(s, key, key_len, XSP_OTLP_STR);
     kv->s = v;
     kv->n = n;
 }
+
+#define KV_STR(s, lit, v, n) kv_str((s), (lit), sizeof(lit) - 1, (v), (n))
 
 /* The span's own attributes, after the ones xsp sets (own: their names, n_own of them); -1 on
  * allocation failure. */
@@ -164,7 +170,7 @@ static int own_attrs(xsp_otlp_span *k, const xsp_trace *t, const xsp_span *s,
             m++;
         if (keys_add(k, "xsp.", m, k->scratch, n) < 0)
             return -1;
-        xsp_otlp_kv *kv = kv_add(k, NULL,
+        xsp_otlp_kv *kv = kv_add(k, NULL, 0,
                                  a->type == XSP_ATTR_INT ? XSP_OTLP_INT
                                  : a->type == XSP_ATTR_FLOAT ? XSP_OTLP_DOUBLE : XSP_OTLP_STR);
         if (a->type == XSP_ATTR_INT)
@@ -249,32 +255,33 @@ int xsp_otlp_span_get(xsp_otlp_span *s, const xsp_trace *t, const xsp_otlp_cols 
     s->kv_buf = kv;
     const char *own[8] = {"xsp.level", "xsp.kind", "xsp.span_id", "xsp.thread"};
     unsigned n_own = 4;
-    kv_str(s, "xsp.level", xsp_level_name(sp->level), strlen(xsp_level_name(sp->level)));
-    kv_str(s, "xsp.kind", xsp_kind_name(sp->kind), strlen(xsp_kind_name(sp->kind)));
-    kv_add(s, "xsp.span_id", XSP_OTLP_INT)->i = i;
+    const char *level = xsp_level_name(sp->level), *kind = xsp_kind_name(sp->kind);
+    KV_STR(s, "xsp.level", level, strlen(level));
+    KV_STR(s, "xsp.kind", kind, strlen(kind));
+    KV(s, "xsp.span_id", XSP_OTLP_INT)->i = i;
     uint64_t tid = t->threads[sp->thread].tid;
     if (tid < (uint64_t)1 << 63)        /* int64; past it, its decimal text */
-        kv_add(s, "xsp.thread", XSP_OTLP_INT)->i = (int64_t)tid;
+        KV(s, "xsp.thread", XSP_OTLP_INT)->i = (int64_t)tid;
     else {
         size_t tn = u64_text(s->tid, tid);
-        kv_str(s, "xsp.thread", s->tid, tn);
+        KV_STR(s, "xsp.thread", s->tid, tn);
     }
     size_t n;
     const char *tname = str_of(t, t->threads[sp->thread].name, &n);
     if (n) {
-        kv_str(s, "xsp.thread_name", tname, n);
+        KV_STR(s, "xsp.thread_name", tname, n);
         own[n_own++] = "xsp.thread_name";
     }
     if (sp->kind == XSP_KIND_MODEL || sp->kind == XSP_KIND_MODULE) {
-        kv_str(s, "xsp.module", s->name, s->name_len);
+        KV_STR(s, "xsp.module", s->name, s->name_len);
         own[n_own++] = "xsp.module";
     }
     if (sp->flags) {
-        kv_add(s, "xsp.flags", XSP_OTLP_INT)->i = sp->flags;
+        KV(s, "xsp.flags", XSP_OTLP_INT)->i = sp->flags;
         own[n_own++] = "xsp.flags";
     }
     if (lev) {
-        kv_add(s, "xsp.leveled_ns", XSP_OTLP_DOUBLE)->f = *lev;
+        KV(s, "xsp.leveled_ns", XSP_OTLP_DOUBLE)->f = *lev;
         own[n_own++] = "xsp.leveled_ns";
     }
     if (sp->attr_n && own_attrs(s, t, sp, own, n_own) < 0) {

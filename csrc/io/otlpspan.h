@@ -53,6 +53,8 @@ typedef struct xsp_otlp_kv {
     const char *key;            /* its name: UTF-8, nothing left to replace; valid until the
                                  * next xsp_otlp_span_get on the same xsp_otlp_span */
     size_t key_len;             /* its bytes */
+    int key_plain;              /* nonzero: the key is printable ASCII without '"' or '\\' (one
+                                 * of the names xsp sets), written as it is in any encoding */
     int type;                   /* enum xsp_otlp_type */
     int64_t i;                  /* XSP_OTLP_INT */
     double f;                   /* XSP_OTLP_DOUBLE */

@@ -45,11 +45,74 @@ static char *put_ids(char *p, const xsp_otlp_cols *c, uint32_t trace, uint64_t s
     return PUT(p, "\"");
 }
 
+/* Whether the n bytes at s are written in JSON as they are (printable ASCII but '"' and '\'):
+ * eight bytes at a time (a byte is found by the "has a zero byte" test on a word). */
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+#define ZERO_IN(v) (((v) - ONES) & ~(v) & HIGHS)
+
+static int plain(const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        if ((x & HIGHS) || ZERO_IN(x ^ (0x7f * ONES)) || (((x - 0x20 * ONES) & ~x & HIGHS))
+            || ZERO_IN(x ^ ('"' * ONES)) || ZERO_IN(x ^ ('\\' * ONES)))
+            return 0;
+    }
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+            return 0;
+    }
+    return 1;
+}
+
+/* One attribute, formatted in place (the fast path: a key and a string needing no escapes,
+ * short enough for one reservation); 0, or -1 when it is not such an attribute. */
+static int put_attr(xsp_jsonw *w, const xsp_otlp_kv *kv, int first)
+{
+    size_t need = kv->key_len + 96 + (kv->type == XSP_OTLP_STR ? kv->n : 0);
+    if (need > XSP_JSONW_RESERVE || (!kv->key_plain && !plain(kv->key, kv->key_len))
+        || (kv->type == XSP_OTLP_STR && !plain(kv->s, kv->n)))
+        return -1;
+    char *b = xsp_jsonw_reserve(w, need), *o = b;
+    o = first ? PUT(o, "{\"key\":\"") : PUT(o, ",{\"key\":\"");
+    memcpy(o, kv->key, kv->key_len);
+    o += kv->key_len;
+    if (kv->type == XSP_OTLP_INT) {
+        o = PUT(o, "\",\"value\":{\"intValue\":\"");
+        if (kv->i < 0)
+            *o++ = '-';
+        o = put_u64(o, kv->i < 0 ? (uint64_t)0 - (uint64_t)kv->i : (uint64_t)kv->i);
+        o = PUT(o, "\"}}");
+    } else if (kv->type == XSP_OTLP_DOUBLE) {
+        o = PUT(o, "\",\"value\":{\"doubleValue\":");
+        if (isnan(kv->f))
+            o = PUT(o, "\"NaN\"");
+        else if (isinf(kv->f))
+            o = kv->f > 0 ? PUT(o, "\"Infinity\"") : PUT(o, "\"-Infinity\"");
+        else
+            o += xsp_json_fmt_double(o, kv->f);
+        o = PUT(o, "}}");
+    } else {
+        o = PUT(o, "\",\"value\":{\"stringValue\":\"");
+        memcpy(o, kv->s, kv->n);
+        o += kv->n;
+        o = PUT(o, "\"}}");
+    }
+    xsp_jsonw_commit(w, (size_t)(o - b));
+    return 0;
+}
+
 /* The span's attributes, as otlpspan.h gives them. */
 static void attrs(xsp_jsonw *w, const xsp_otlp_span *sp)
 {
     for (size_t j = 0; j < sp->n_kv; j++) {
         const xsp_otlp_kv *kv = &sp->kv[j];
+        if (put_attr(w, kv, j == 0) == 0)
+            continue;
         xsp_jsonw_lit(w, j ? ",{\"key\":" : "{\"key\":");
         xsp_jsonw_str(w, kv->key, kv->key_len);
         if (kv->type == XSP_OTLP_INT) {
