@@ -508,7 +508,7 @@ def test_empty_trace_sends_nothing():
     assert rx.posts == []
 
 
-def test_send_needs_no_opentelemetry():
+def test_send_needs_no_opentelemetry(tmp_path):
     """send encodes and posts by itself: with the OpenTelemetry packages and protobuf hidden,
     the receiver gets the trace."""
     tr = hand_trace()
@@ -516,25 +516,15 @@ def test_send_needs_no_opentelemetry():
             "import xsp\n"
             "tr = xsp.load(sys.argv[1])\n"
             "print(xsp.formats.otlp.send(tr, sys.argv[2], trace_id=%d, batch=5))\n" % TRACE_ID)
-    with Receiver() as rx, tempfile_path(".xsp") as path:
-        xsp.save(tr, path)
+    path = str(tmp_path / "t.xsp")
+    xsp.save(tr, path)
+    with Receiver() as rx:
         r = subprocess.run([sys.executable, "-c", code, path, rx.url], cwd=ROOT,
                            capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, PYTHONPATH=ROOT, NO_PROXY="127.0.0.1"))
     assert r.returncode == 0, r.stderr
     assert r.stdout == "%d\n" % len(tr)
     check_against(tr, rx.spans())
-
-
-@contextlib.contextmanager
-def tempfile_path(suffix):
-    import tempfile
-    d = tempfile.mkdtemp()
-    try:
-        yield os.path.join(d, "t" + suffix)
-    finally:
-        import shutil
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # -- OTLP/JSON ------------------------------------------------------------------------------
