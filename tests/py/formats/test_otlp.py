@@ -494,7 +494,8 @@ def test_requests_are_the_sdk_encoders_bytes(trace_per):
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     tr = hand_trace()
     opts = dict(trace_per=trace_per, trace_id=TRACE_ID, service="svc", leveled={2: 1.5},
-                resource={"flag": True, "ratio": 0.25, "big": 2 ** 70, "n": -3})
+                resource={"flag": True, "ratio": 0.25, "big": 2 ** 70, "n": -3, "": "dropped",
+                          "nan": float("nan"), "s": "", "\u20ac": "\u20ac" * 50})
     sdk = otlp.spans(tr, **opts)
     with Receiver() as rx:
         otlp.send(tr, rx.url, batch=7, **opts)
