@@ -54,8 +54,11 @@ test_names_LIBS := -lpthread
 test_kjson_SRC := $(IO_SRC) csrc/core/strtab.c csrc/core/trace.c
 test_kjson_LIBS := $(MSGPACK_FLAGS) $(YAJL_FLAGS) -lz -lm
 test_jsonw_SRC := csrc/io/jsonw.c csrc/io/kinetow.c csrc/io/kmemw.c csrc/io/chromew.c \
-                  csrc/io/otlpw.c csrc/core/strtab.c csrc/core/trace.c
+                  csrc/io/otlpw.c csrc/io/otlpspan.c csrc/core/strtab.c csrc/core/trace.c
 test_jsonw_LIBS := -lz -lm
+test_otlppb_SRC := csrc/io/otlppb.c csrc/io/otlpspan.c csrc/io/jsonw.c csrc/core/strtab.c \
+                   csrc/core/trace.c
+test_otlppb_LIBS := -lz -lm
 test_tmerge_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/tmerge.c
 test_spawn_SRC := csrc/core/strtab.c csrc/core/trace.c csrc/core/spawn.c
 test_session_SRC := $(CORE_SRC)
@@ -74,7 +77,7 @@ test_gpu_merge_SRC := $(CORE_SRC) $(GPU_SRC)
 test_gpu_merge_CFLAGS := $(GPU_INC)
 test_gpu_merge_LIBS := -ldl -lpthread -Wl,--no-as-needed -lstdc++ -Wl,--as-needed
 
-CTEST := core data io names kjson jsonw tmerge spawn session trace_select schedule codetab \
+CTEST := core data io names kjson jsonw otlppb tmerge spawn session trace_select schedule codetab \
          release
 CTEST_SAN_ONLY := tmerge session gpu_merge
 ifeq ($(HAVE_CUPTI),1)

@@ -1,8 +1,8 @@
 """Exporting a trace: xsp.save to Kineto's JSON (.pt.trace.json), to Chrome trace-event JSON
-(.json) and to OTLP/JSON (.otlp.json), and the OTLP export over HTTP (otlp.spans, the
-OpenTelemetry SDK spans that otlp.send encodes, and otlp.send itself to a local sink) against
-torch.profiler's export_chrome_trace of the same workload, at several sizes (linear in
-spans?).
+(.json) and to OTLP/JSON (.otlp.json), and the OTLP export over HTTP (otlp.send to a local sink:
+its requests encoded by C, csrc/io/otlppb.c, and posted with requests; and otlp.spans, the
+OpenTelemetry SDK spans that an SDK exporter would take) against torch.profiler's
+export_chrome_trace of the same workload, at several sizes (linear in spans?).
 
 The workload: a Python loop of small aten ops (x.add_(1) on a 4-element tensor: add_ and the
 scalar's conversion, 5 op events each), as many as make --spans spans, recorded once by
@@ -10,13 +10,13 @@ torch.profiler (CPU activity) and once by xsp (levels ML), in this process; the 
 hold the same ops.  Then, --rounds times interleaved in a shuffled order (common.rounds),
 torch's export_chrome_trace (of a fresh recording each round: its results export once),
 xsp.save(.pt.trace.json), xsp.save(.json) and xsp.save(.otlp.json) of the xsp trace, each to
-a fresh file on the same disk; with the OpenTelemetry packages (xsp[otlp]) also otlp.spans
-(the SDK spans) and otlp.send to a sink on 127.0.0.1 (a child
-process that reads each request and answers 200 with an empty response: the SDK's encoding,
-the HTTP requests, no collector's work); the figures are medians.  With --reference, the
-Python writers the C ones replaced (kineto._reference_write, chrome._reference_write,
-otlp._reference_write: the SDK's encoder and protobuf's JSON mapping) at the smallest size,
-for comparison.  --no-send leaves otlp.send out (about 50 us a span).
+a fresh file on the same disk; otlp.send to a sink on 127.0.0.1 (a child process that reads
+each request and answers 200 with an empty response: xsp's encoding and the HTTP requests, no
+collector's work; it needs requests only) and, with the OpenTelemetry packages (xsp[otlp]),
+otlp.spans (the SDK spans); the figures are medians.  With --reference, the Python writers the
+C ones replaced (kineto._reference_write, chrome._reference_write, otlp._reference_write: the
+SDK's encoder and protobuf's JSON mapping) at the smallest size, for comparison.  --no-send
+leaves otlp.send out.
 
     python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
                                       [--xsp-only 10000000] [--profile-memory] [--no-send]
@@ -27,10 +27,10 @@ instants in the Kineto export.
 
 --xsp-only N: also xsp's exports alone at N spans, one round (10^7: torch.profiler's recording
 and export of as many would take most of this VM's memory), for the linearity of xsp's
-writers.
+writers and of otlp.send (unless --no-send).
 
-Prints per size: spans/events, each export's seconds and us per span, the file sizes, and the
-ratios xsp / torch (the target: <= 1.0).
+Prints per size: spans/events, each export's seconds and us per span, the file sizes (for
+otlp.send the request bytes the sink read), and the ratios xsp / torch (the target: <= 1.0).
 """
 import argparse
 import os
@@ -118,13 +118,24 @@ def timed_call(fn):
     return {"s": dt, "bytes": 0}
 
 # The OTLP/HTTP sink: reads each POST and answers 200 with an empty
-# ExportTraceServiceResponse (zero bytes); prints its port.
+# ExportTraceServiceResponse (zero bytes); prints its port.  A GET answers the bytes of the
+# request bodies read so far (and resets the count).
 SINK = r"""
 import http.server, sys
+got = [0]
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        out = str(got[0]).encode()
+        got[0] = 0
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        n = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(n)
+        got[0] += n
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -135,6 +146,17 @@ s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 """
+
+
+def timed_send(tr, url, tid):
+    """Times otlp.send of tr to the sink (all batches and requests); bytes: what the sink read."""
+    import urllib.request
+    from xsp.formats import otlp
+    urllib.request.urlopen(url).read()             # the sink's count reset
+    t0 = time.perf_counter()
+    otlp.send(tr, url, trace_id=tid, timeout=3600)
+    dt = time.perf_counter() - t0
+    return {"s": dt, "bytes": int(urllib.request.urlopen(url).read())}
 
 
 def have_otlp():
@@ -165,11 +187,12 @@ def main(argv=None):
     d = tempfile.mkdtemp(prefix="xsp-bench-export-")
     sdk = have_otlp()
     sink = url = None
-    if sdk and not args.no_send:
+    if not args.no_send:
         sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True,
                                 env=dict(os.environ, PYTHONPATH=""))
         url = "http://127.0.0.1:%s/v1/traces" % sink.stdout.readline().strip()
         os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
+        import requests  # noqa: F401  (imported before the timing, as torch's modules are)
     tid = 0x0123456789ABCDEF0123456789ABCDEF     # one trace id: no random part
     print("exports of a loop of %s; %s" % (
         "x + 1 with profile_memory" if MEMORY else "aten::add_", common.machine()))
@@ -193,8 +216,7 @@ def main(argv=None):
                 variants["otlp.spans (SDK spans)"] = lambda: timed_call(
                     lambda: otlp.spans(tr, trace_id=tid))
             if url:
-                variants["otlp.send (local sink)"] = lambda: timed_call(
-                    lambda: otlp.send(tr, url, trace_id=tid, timeout=600))
+                variants["otlp.send (local sink)"] = lambda: timed_send(tr, url, tid)
             if args.reference and n == min(sizes):
                 variants["Python writer, Kineto"] = lambda: timed(
                     lambda f: kineto._reference_write(tr, f), os.path.join(d, "r.pt.trace.json"))
@@ -223,6 +245,10 @@ def main(argv=None):
                 r = timed(lambda f: xsp.save(tr, f), os.path.join(d, "x" + ext))
                 print("  xsp.save %-15s %7.2f s  %6.2f us/span  %7.1f MB" % (
                     ext, r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6))
+            if url:
+                r = timed_send(tr, url, tid)
+                print("  otlp.send (local sink)   %7.2f s  %6.2f us/span  %7.1f MB sent" % (
+                    r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6))
     finally:
         shutil.rmtree(d, ignore_errors=True)
         if sink:

@@ -298,6 +298,11 @@ static PyObject *core_write_otlp(PyObject *mod, PyObject *args)
     return xsp_py_write_otlp(xsp_state(mod)->tracedata_type, args);
 }
 
+static PyObject *core_encode_otlp(PyObject *mod, PyObject *args)
+{
+    return xsp_py_encode_otlp(xsp_state(mod)->tracedata_type, args);
+}
+
 static PyObject *core_build(PyObject *mod, PyObject *args)
 {
     return xsp_py_build(xsp_state(mod)->tracedata_type, args);
@@ -412,6 +417,10 @@ static PyMethodDef core_methods[] = {
     {"write_otlp", core_write_otlp, METH_VARARGS,
      "write_otlp(fd, gzip, tracedata, head, tail, cols): OTLP/JSON spans to fd, the GIL\n"
      "released (csrc/io/otlpw.h; xsp/formats/otlp.py makes the columns)."},
+    {"encode_otlp", core_encode_otlp, METH_VARARGS,
+     "encode_otlp(tracedata, resource, scope, cols, lo, hi) -> bytes: spans lo..hi-1 as one\n"
+     "OTLP/HTTP protobuf request, the GIL released (csrc/io/otlppb.h; xsp/formats/otlp.py makes\n"
+     "the resource, the scope and the columns)."},
     {"build", core_build, METH_VARARGS,
      "build(spans, threads, meta, counters) -> TraceData: a trace from Python data.\n\n"
      "spans: a sequence of (start_ns, end_ns, parent, level, kind, name, thread, flags, attrs),\n"

@@ -1,5 +1,6 @@
 /*
- * jsonwmod.c: _core.write_kineto / _core.write_chrome / _core.write_otlp (jsonwmod.h).
+ * jsonwmod.c: _core.write_kineto / _core.write_chrome / _core.write_otlp and
+ * _core.encode_otlp (jsonwmod.h).
  *
  * The columns arrive in a dict; each is taken through the buffer protocol (checked for its
  * item kind, size and length, held until the write ends) and each list of bytes as a tuple
@@ -12,6 +13,7 @@
 
 #include "../io/chromew.h"
 #include "../io/kinetow.h"
+#include "../io/otlppb.h"
 #include "../io/otlpw.h"
 #include "tracedata.h"
 
@@ -255,6 +257,50 @@ out:
     return res;
 }
 
+/* write_otlp's and encode_otlp's columns from c into k, checked against t; -1 with an exception
+ * set. */
+static int otlp_cols(cols *c, const xsp_trace *t, xsp_otlp_cols *k)
+{
+    PyObject *base = PyDict_GetItemString(c->dict, "span_base");
+    PyObject *off = PyDict_GetItemString(c->dict, "offset");
+    if (!base || !off) {
+        PyErr_SetString(PyExc_ValueError, "write: span_base or offset is missing");
+        return -1;
+    }
+    k->span_base = PyLong_AsUnsignedLongLong(base);
+    k->offset = PyLong_AsUnsignedLongLong(off);
+    if (PyErr_Occurred())
+        return -1;
+    uint32_t n_ix;
+    if (!(k->trace_hi = col(c, "trace_hi", 'u', 8, -1, &k->n_traces))
+        || !(k->trace_lo = col(c, "trace_lo", 'u', 8, k->n_traces, NULL))
+        || !(k->trace_ix = col(c, "trace_ix", 'i', 4, -1, &n_ix))
+        || !(k->lev_id = col(c, "lev_id", 'i', 8, -1, &k->n_lev))
+        || !(k->lev_val = col(c, "lev_val", 'f', 8, k->n_lev, NULL)))
+        return -1;
+    if (!k->n_traces || (n_ix && n_ix != t->n_spans)
+        || (uint64_t)t->n_spans > UINT64_MAX - k->span_base) {
+        PyErr_Format(PyExc_ValueError, "write: no trace id, %u trace indexes for %u spans, or "
+                     "span ids past 2**64-1", (unsigned)n_ix, (unsigned)t->n_spans);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n_ix; i++)
+        if (k->trace_ix[i] < 0 || (uint32_t)k->trace_ix[i] >= k->n_traces) {
+            PyErr_Format(PyExc_ValueError, "write: trace_ix[%u] = %d is not an index into the "
+                         "%u trace ids", (unsigned)i, (int)k->trace_ix[i],
+                         (unsigned)k->n_traces);
+            return -1;
+        }
+    for (uint32_t i = 1; i < k->n_lev; i++)
+        if (k->lev_id[i] <= k->lev_id[i - 1]) {
+            PyErr_Format(PyExc_ValueError, "write: lev_id is not increasing at %u", (unsigned)i);
+            return -1;
+        }
+    if (!n_ix)
+        k->trace_ix = NULL;
+    return 0;
+}
+
 PyObject *xsp_py_write_otlp(PyTypeObject *tp, PyObject *args)
 {
     job j = {0};
@@ -263,41 +309,46 @@ PyObject *xsp_py_write_otlp(PyTypeObject *tp, PyObject *args)
     PyObject *res = NULL;
     if (parse(tp, args, &j, &c) < 0)
         return NULL;
-    PyObject *base = PyDict_GetItemString(c.dict, "span_base");
-    PyObject *off = PyDict_GetItemString(c.dict, "offset");
-    if (!base || !off) {
-        PyErr_SetString(PyExc_ValueError, "write: span_base or offset is missing");
-        goto out;
-    }
-    k.span_base = PyLong_AsUnsignedLongLong(base);
-    k.offset = PyLong_AsUnsignedLongLong(off);
-    if (PyErr_Occurred())
-        goto out;
-    uint32_t n_ix;
-    if (!(k.trace_hi = col(&c, "trace_hi", 'u', 8, -1, &k.n_traces))
-        || !(k.trace_lo = col(&c, "trace_lo", 'u', 8, k.n_traces, NULL))
-        || !(k.trace_ix = col(&c, "trace_ix", 'i', 4, -1, &n_ix))
-        || !(k.lev_id = col(&c, "lev_id", 'i', 8, -1, &k.n_lev))
-        || !(k.lev_val = col(&c, "lev_val", 'f', 8, k.n_lev, NULL)))
-        goto out;
-    if (!k.n_traces || (n_ix && n_ix != j.t->n_spans)
-        || (uint64_t)j.t->n_spans > UINT64_MAX - k.span_base) {
-        PyErr_Format(PyExc_ValueError, "write: no trace id, %u trace indexes for %u spans, or "
-                     "span ids past 2**64-1", (unsigned)n_ix, (unsigned)j.t->n_spans);
-        goto out;
-    }
-    for (uint32_t i = 0; i < n_ix; i++)
-        if (k.trace_ix[i] < 0 || (uint32_t)k.trace_ix[i] >= k.n_traces) {
-            PyErr_Format(PyExc_ValueError, "write: trace_ix[%u] = %d is not an index into the "
-                         "%u trace ids", (unsigned)i, (int)k.trace_ix[i], (unsigned)k.n_traces);
-            goto out;
-        }
-    if (!n_ix)
-        k.trace_ix = NULL;
-    res = run(&j, otlp_spans, &k);
-out:
+    if (otlp_cols(&c, j.t, &k) == 0)
+        res = run(&j, otlp_spans, &k);
     cols_release(&c);
     PyBuffer_Release(&j.head);
     PyBuffer_Release(&j.tail);
+    return res;
+}
+
+PyObject *xsp_py_encode_otlp(PyTypeObject *tp, PyObject *args)
+{
+    PyObject *td, *res = NULL;
+    Py_buffer resource = {0}, scope = {0};
+    unsigned long long lo, hi;
+    cols c = {0};
+    xsp_otlp_cols k = {0};
+    if (!PyArg_ParseTuple(args, "O!y*y*O!KK:encode_otlp", tp, &td, &resource, &scope,
+                          &PyDict_Type, &c.dict, &lo, &hi))
+        return NULL;
+    const xsp_trace *t = ((xsp_TraceDataObject *)td)->trace;
+    if (lo > hi || hi > t->n_spans) {
+        PyErr_Format(PyExc_ValueError, "encode_otlp: spans %llu to %llu are not a range of the "
+                     "trace's %u", lo, hi, (unsigned)t->n_spans);
+        goto out;
+    }
+    if (otlp_cols(&c, t, &k) < 0)
+        goto out;
+    xsp_otlp_pb pb = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = xsp_otlp_encode(&pb, t, &k, (uint32_t)lo, (uint32_t)hi, resource.buf,
+                         (size_t)resource.len, scope.buf, (size_t)scope.len);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        PyErr_NoMemory();       /* the columns were checked: allocation is what can fail */
+    else
+        res = PyBytes_FromStringAndSize((const char *)pb.data, (Py_ssize_t)pb.len);
+    xsp_otlp_pb_release(&pb);
+out:
+    cols_release(&c);
+    PyBuffer_Release(&resource);
+    PyBuffer_Release(&scope);
     return res;
 }

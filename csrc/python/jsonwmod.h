@@ -1,6 +1,7 @@
 /*
  * jsonwmod.h: _core.write_kineto(), _core.write_chrome() and _core.write_otlp(), the bindings
- * of the JSON exporters (io/kinetow.h, io/chromew.h, io/otlpw.h over io/jsonw.h).
+ * of the JSON exporters (io/kinetow.h, io/chromew.h, io/otlpw.h over io/jsonw.h), and
+ * _core.encode_otlp(), the OTLP protobuf encoder's (io/otlppb.h).
  */
 #ifndef XSP_JSONWMOD_H
 #define XSP_JSONWMOD_H
@@ -22,5 +23,13 @@ PyObject *xsp_py_write_chrome(PyTypeObject *tracedata_type, PyObject *args);
  * empty: all 0), lev_id (int64, increasing) and lev_val (float64); ValueError for an index
  * past the ids, no id, or span ids that would pass 2**64-1. */
 PyObject *xsp_py_write_otlp(PyTypeObject *tracedata_type, PyObject *args);
+
+/* encode_otlp(tracedata, resource, scope, cols, lo, hi): spans lo to hi - 1 of the trace as one
+ * OTLP/HTTP request body (an ExportTraceServiceRequest, bytes), encoded with the GIL released;
+ * resource and scope: the serialized Resource and InstrumentationScope messages (bytes); cols:
+ * as write_otlp's (lev_id strictly increasing).  Returns the bytes, or NULL with MemoryError,
+ * TypeError or ValueError (a column as write_otlp says, or lo..hi not a range of the spans)
+ * raised. */
+PyObject *xsp_py_encode_otlp(PyTypeObject *tracedata_type, PyObject *args);
 
 #endif

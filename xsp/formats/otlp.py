@@ -1,15 +1,16 @@
 """OpenTelemetry export: a trace as OTLP spans, sent over OTLP/HTTP (protobuf) to a collector
 (Jaeger, Tempo, an OpenTelemetry Collector) or written as OTLP/JSON (docs/format.md, "OTLP").
 
-The spans sent are made with the OpenTelemetry SDK (opentelemetry.sdk.trace.ReadableSpan),
-encoded by the SDK's own OTLP encoder and sent by its OTLPSpanExporter: xsp writes no protobuf
-of its own.  Those packages are an optional extra (`pip install xsp[otlp]`); importing this
-module never needs them, spans(), send() and to_json() import them when called and raise
-ImportError saying what to install when they are missing.  write() needs none of them: the
-OTLP/JSON file is written by C (csrc/io/otlpw.c over the JSON layer csrc/io/jsonw.c, streamed,
-gzip for .gz, the GIL released) from columns made here with numpy, to the same JSON value as
-the SDK's encoder and protobuf's JSON mapping give (_reference_write, the Python writer it
-replaced, kept as the tests' reference).
+Both encodings are made by C from columns made here with numpy, streamed, with the GIL
+released: send() POSTs (with requests) one protobuf request per batch of spans, encoded by
+csrc/io/otlppb.c to the very bytes the OpenTelemetry SDK's encoder gives for the SDK spans that
+spans() makes; write() writes the OTLP/JSON file (csrc/io/otlpw.c over the JSON layer
+csrc/io/jsonw.c, gzip for .gz) to the same JSON value as the SDK's encoder and protobuf's JSON
+mapping give (_reference_write, the Python writer it replaced, kept as the tests' reference).
+Both take each span's ids, times and attributes from csrc/io/otlpspan.c, the mapping's one
+place in C.  The OpenTelemetry packages are an optional extra (`pip install xsp[otlp]`) that
+only spans() and to_json() need (they raise ImportError saying what to install when it is
+missing); send() needs requests only, write() nothing; importing this module needs neither.
 
 The mapping, in short: every xsp span is one OTLP span (kind INTERNAL, status unset) with the
 xsp parent's span id as its parent span id; one trace id per profile, or one per step
@@ -23,14 +24,15 @@ export when the trace has none (resource attribute xsp.clock.wall_anchor says wh
 Nothing here changes or removes a local file: send() only reads the trace, and write()
 replaces its output path atomically.
 """
+import concurrent.futures
 import hashlib
 import json
-import logging
 import math
 import numbers
 import os
 import secrets
 import socket
+import struct
 import time
 import warnings
 
@@ -44,11 +46,6 @@ from xsp.values.trace import KINDS, LEVELS, core_data
 
 _INSTALL = "pip install xsp[otlp]"
 _TRACE_PER = ("profile", "step")
-# the loggers of the SDK's exporter and HTTP client, quieted during send(): what they would
-# log (each retry, the final failure) is in the ExportError instead
-_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                     "opentelemetry.exporter.otlp.common.http",
-                     "opentelemetry.exporter.otlp.proto.http._common")
 # span attributes xsp sets itself; an xsp attribute whose "xsp.<key>" is one of them becomes
 # "xsp.attr.<key>"
 _OWN = ("xsp.level", "xsp.kind", "xsp.span_id", "xsp.thread", "xsp.thread_name",
@@ -337,135 +334,258 @@ def _check_send_options(endpoint, timeout, batch, headers):
         raise TypeError("headers must be a dict of str to str, not %r" % (headers,))
 
 
-class _Quiet(logging.Filter):
-    """Keeps the exporter's log records (their messages) instead of letting them print."""
+# what send() retries, as the SDK's exporter does (opentelemetry-exporter-otlp-proto-http 1.45.2,
+# opentelemetry/exporter/otlp/common/http.py): HTTP 429, 502, 503, 504 and connection errors
+# (a timeout included), at most 6 attempts, waiting 2**k s (+-20%) before attempt k + 2 or what
+# Retry-After says, never past the timeout; a connection error is retried once at once first
+_RETRY_STATUS = frozenset((429, 502, 503, 504))
+_MAX_ATTEMPTS = 6
+_JITTER = 0.2
 
-    def __init__(self):
-        super().__init__()
-        self.messages = []
 
-    def filter(self, record):
+def _requests():
+    """The requests module, or ImportError saying what to install."""
+    try:
+        import requests
+    except ImportError as exc:
+        raise ImportError("otlp.send needs the requests package (pip install requests, or %s): "
+                          "%s" % (_INSTALL, exc)) from exc
+    return requests
+
+
+def _retry_after(response):
+    """Seconds the collector's Retry-After asks to wait (delay-seconds or an HTTP-date), or
+    None (no header, or one that cannot be read)."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    import datetime
+    import email.utils
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=datetime.timezone.utc)
+    return max(at.timestamp() - time.time(), 0.0)
+
+
+class _Poster:
+    """POSTs request bodies to one endpoint through one requests.Session (its connection kept
+    alive from batch to batch), retrying as the SDK's exporter does (_RETRY_STATUS above).
+    The request is prepared once (headers, the environment's proxies and certificates, as
+    Session.request would take them for each) and given each body in turn.  attempts and last
+    (the last response or exception) say how the last post went."""
+
+    def __init__(self, requests, endpoint, headers):
+        self.requests = requests
+        self.session = requests.Session()
+        hdrs = {"content-type": "application/x-protobuf", "user-agent": "xsp/" + __version__}
+        hdrs.update((k.lower(), v) for k, v in (headers or {}).items())
+        self.transient = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+        self.attempts, self.last = 0, None
         try:
-            self.messages.append(record.getMessage())
-        except Exception:           # a record that cannot be formatted: dropped all the same
-            pass
+            self.base = self.session.prepare_request(
+                requests.Request("POST", endpoint, headers=hdrs, data=b""))
+            self.settings = self.session.merge_environment_settings(
+                self.base.url, {}, None, None, None)
+            self.error = None
+        except Exception as exc:        # a URL requests cannot use: every post fails with it
+            self.base, self.error = None, exc
+
+    def close(self):
+        self.session.close()
+
+    def _request(self, body, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self.last = self.requests.exceptions.Timeout("the timeout was spent")
+            return
+        self.attempts += 1
+        if self.error is not None:
+            self.last = self.error
+            return
+        prep = self.base.copy()
+        prep.prepare_body(body, None)
+        try:
+            self.last = self.session.send(prep, timeout=left, allow_redirects=False,
+                                          **self.settings)
+        except Exception as exc:        # what requests raises: the reason of the failure
+            self.last = exc
+
+    def post(self, body, limit):
+        """Whether the collector accepted body (HTTP 2xx or 3xx) within limit seconds, its
+        retries included."""
+        import random
+        deadline = time.monotonic() + limit
+        self.attempts, self.last = 0, None
+        for attempt in range(_MAX_ATTEMPTS):
+            backoff = 2 ** attempt * random.uniform(1 - _JITTER, 1 + _JITTER)
+            self._request(body, deadline)
+            if isinstance(self.last, self.transient) and time.monotonic() < deadline:
+                self._request(body, deadline)       # a stale pooled connection: once, at once
+            last = self.last
+            if isinstance(last, self.requests.Response):
+                if 200 <= last.status_code < 400:
+                    return True
+                transient = last.status_code in _RETRY_STATUS
+                after = _retry_after(last) if transient else None
+                if after is not None:
+                    backoff = after
+            else:
+                transient = isinstance(last, self.transient)
+            if (not transient or attempt + 1 == _MAX_ATTEMPTS
+                    or backoff > deadline - time.monotonic()):
+                return False
+            time.sleep(backoff)
         return False
 
-
-def _recorder():
-    """A requests.Session (the SDK exporter's transport takes one) that remembers how its
-    requests went: .attempts, .last (the response or the exception), .first (time.monotonic()
-    when the first one began, None before)."""
-    import requests
-
-    class Recorder(requests.Session):
-        def __init__(self):
-            super().__init__()
-            self.attempts, self.last, self.first = 0, None, None
-
-        def request(self, *args, **kwargs):
-            self.attempts += 1
-            if self.first is None:
-                self.first = time.monotonic()
-            try:
-                self.last = super().request(*args, **kwargs)
-            except Exception as exc:
-                self.last = exc
-                raise
-            return self.last
-
-    return Recorder()
-
-
-def _why(session, quiet, waited, timeout):
-    """What failed, in words, from what the session saw and the exporter logged."""
-    import requests
-    last = session.last
-    tries = "" if session.attempts < 2 else " (%d attempts)" % session.attempts
-    if isinstance(last, requests.Response):
-        text = (last.text or "").strip().replace("\n", " ")
-        return "HTTP %d %s%s%s" % (last.status_code, last.reason or "", tries,
-                                   (": " + text[:200]) if text else "")
-    if isinstance(last, requests.exceptions.Timeout):
-        return "no answer in time (timeout %gs, for all batches and retries)%s" % (timeout,
-                                                                                   tries)
-    if isinstance(last, requests.exceptions.ConnectionError):
-        chain, exc = [], last
-        while exc is not None and len(chain) < 8:
-            chain.append(exc)
-            exc = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args and isinstance(
-                exc.args[0], BaseException) else None)
-        if any(isinstance(e, ConnectionRefusedError) or "refused" in str(e) for e in chain):
-            return "connection refused%s" % tries
-        return "cannot connect: %s%s" % (last, tries)
-    if last is not None:
+    def why(self, timeout):
+        """What failed, in words, from the last post."""
+        requests, last = self.requests, self.last
+        tries = "" if self.attempts < 2 else " (%d attempts)" % self.attempts
+        if isinstance(last, requests.Response):
+            text = (last.text or "").strip().replace("\n", " ")
+            return "HTTP %d %s%s%s" % (last.status_code, last.reason or "", tries,
+                                       (": " + text[:200]) if text else "")
+        if isinstance(last, requests.exceptions.Timeout):
+            return "no answer in time (timeout %gs, for all batches and retries)%s" % (
+                timeout, tries)
+        if isinstance(last, requests.exceptions.ConnectionError):
+            chain, exc = [], last
+            while exc is not None and len(chain) < 8:
+                chain.append(exc)
+                exc = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args and isinstance(
+                    exc.args[0], BaseException) else None)
+            if any(isinstance(e, ConnectionRefusedError) or "refused" in str(e) for e in chain):
+                return "connection refused%s" % tries
+            return "cannot connect: %s%s" % (last, tries)
         return "%s: %s%s" % (type(last).__name__, last, tries)
-    if quiet.messages:
-        return quiet.messages[-1]
-    return "the exporter gave up after %.1fs" % waited
+
+
+def _pb_varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _pb_field(tag, payload):
+    """A length-delimited field: tag (its first byte), the length, the bytes."""
+    return bytes((tag,)) + _pb_varint(len(payload)) + payload
+
+
+def _pb_any(v):
+    """An attribute value (as _value gives it) as a serialized AnyValue."""
+    if isinstance(v, bool):
+        return b"\x10\x01" if v else b"\x10\x00"            # 2: bool_value
+    if isinstance(v, int):
+        return b"\x18" + _pb_varint(v % (1 << 64))          # 3: int_value (two's complement)
+    if isinstance(v, float):
+        return b"\x21" + struct.pack("<d", v)               # 4: double_value
+    return _pb_field(0x0A, v.encode("utf-8"))               # 1: string_value
+
+
+def _pb_resource(attrs):
+    """The serialized Resource of the export's resource attributes (a KeyValue each, in
+    order; an empty key dropped, as the SDK's Resource drops it), as the SDK's encoder gives
+    it."""
+    return b"".join(_pb_field(0x0A, _pb_field(0x0A, k.encode("utf-8"))
+                              + _pb_field(0x12, _pb_any(v)))
+                    for k, v in attrs.items() if k)
+
+
+def _pb_scope():
+    """The serialized InstrumentationScope: name "xsp", version xsp's."""
+    return _pb_field(0x0A, b"xsp") + _pb_field(0x12, __version__.encode("utf-8"))
 
 
 def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, batch=1000,
          headers=None, leveled=None, resource=None, trace_id=None):
     """Sends the trace (an xsp.Trace or xsp.Measurement; options as spans()) as OTLP/HTTP
     protobuf to endpoint, the collector's traces URL (e.g. http://localhost:4318/v1/traces),
-    in requests of at most `batch` spans, with the HTTP headers given.  Returns the number of
-    spans sent (all of them).
+    in requests of at most `batch` spans, with the HTTP headers given (Content-Type
+    application/x-protobuf; a header given wins over xsp's, by name in any case).  Returns the
+    number of spans sent (all of them; 0 for an empty trace, with no request).
 
-    The SDK's exporter retries what is transient (connection errors, HTTP 429, 502, 503, 504)
-    with backoff; `timeout` bounds the time spent on the collector, every batch and retry
-    together (connecting, sending, waiting for answers and between retries); making and
-    encoding the spans, about 55 us a span (the SDK's encoder 47 of them; docs/performance.md),
-    comes on top.  When a batch fails,
-    raises ExportError (a RuntimeError) naming the endpoint, how many spans of how many were
-    sent (the batches before it) and what failed (connection refused, the HTTP status, no
-    answer within the timeout); the exporter's own log lines are kept out of the log
-    meanwhile.  ImportError without the OpenTelemetry packages; ValueError or TypeError for a
-    bad option, before anything is sent.  Reads the trace only: nothing local is changed or
-    removed."""
+    Each request is encoded by C (csrc/io/otlppb.c, in a thread with the GIL released, the
+    next batch while one is posted: at most two requests' bytes are held) to the bytes the
+    OpenTelemetry SDK's encoder gives for spans() of the same batch, and POSTed with requests:
+    the OpenTelemetry packages are not needed, requests is.  Nothing is read from the OTEL_EXPORTER_OTLP_* environment
+    variables: the endpoint, headers and timeout are the arguments.  What is transient is
+    retried as the SDK's exporter retries it (connection errors and timeouts, HTTP 429, 502,
+    503, 504; up to 6 attempts, backoff 1, 2, 4, 8, 16 s +-20%, or the Retry-After asked);
+    `timeout` bounds the time spent on the collector, every batch and retry together
+    (connecting, sending, waiting for answers and between retries); encoding, about 0.2 us a
+    span (docs/performance.md), comes on top.  When a batch fails, raises ExportError (a
+    RuntimeError) naming the endpoint, how many spans of how many were sent (the batches
+    before it) and what failed (connection refused, the HTTP status, no answer within the
+    timeout).  ImportError without requests; ValueError or TypeError for a bad option,
+    TimeRangeError as spans(), before anything is sent.  Reads the trace only: nothing local
+    is changed or removed."""
     _check_send_options(endpoint, timeout, batch, headers)
-    sdk_spans = spans(source, service=service, trace_per=trace_per, leveled=leveled,
-                      resource=resource, trace_id=trace_id)
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import SpanExportResult
-    except ImportError as exc:
-        raise ImportError("OTLP export needs the OpenTelemetry packages (%s): %s"
-                          % (_INSTALL, exc)) from exc
-    total, sent = len(sdk_spans), 0
+    requests = _requests()
+    ex = _Export(source, service, trace_per, leveled, resource, trace_id)
+    total, sent = len(ex.trace), 0
+    if not total:
+        return 0
+    n_batches = -(-total // batch)
+    encode = _encoder(ex)
     waited = 0.0                    # seconds spent on the collector so far
-    quiet = _Quiet()
-    loggers = [logging.getLogger(name) for name in _EXPORTER_LOGGERS]
-    for lg in loggers:
-        lg.addFilter(quiet)
+    poster = _Poster(requests, endpoint, headers)
+    # the next batch is encoded (the GIL released) while this one is posted
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xsp-otlp-encode")
     try:
-        for lo in range(0, total, batch):
-            chunk = sdk_spans[lo:lo + batch]
+        following = pool.submit(encode, 0, min(batch, total))
+        for k, lo in enumerate(range(0, total, batch)):
+            hi = min(lo + batch, total)
+            body = following.result()
+            following = pool.submit(encode, hi, min(hi + batch, total)) if hi < total else None
             left = float(timeout) - waited
             if left <= 0:
                 raise ExportError(endpoint, sent, total, "timed out: the timeout (%gs) was "
-                                  "spent before batch %d of %d" % (
-                                      timeout, lo // batch + 1, -(-total // batch)))
-            # one exporter per batch, given the time left: the SDK exporter's timeout bounds
-            # one export call (its retries included; it starts counting after encoding, when
-            # the first request begins), this bounds the whole send
-            session = _recorder()
-            exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}),
-                                        timeout=left, session=session)
-            try:
-                result = exporter.export(chunk)
-            finally:
-                exporter.shutdown()
-                if session.first is not None:
-                    waited += time.monotonic() - session.first
-            if result is not SpanExportResult.SUCCESS:
+                                  "spent before batch %d of %d" % (timeout, k + 1, n_batches))
+            t0 = time.monotonic()
+            ok = poster.post(body, left)
+            waited += time.monotonic() - t0
+            if not ok:
                 raise ExportError(endpoint, sent, total, "batch %d of %d: %s" % (
-                    lo // batch + 1, -(-total // batch), _why(session, quiet, waited, timeout)))
-            sent += len(chunk)
+                    k + 1, n_batches, poster.why(timeout)))
+            sent += hi - lo
+            del body
     finally:
-        for lg in loggers:
-            lg.removeFilter(quiet)
+        pool.shutdown(wait=True, cancel_futures=True)
+        poster.close()
     return sent
+
+
+def _encoder(ex):
+    """encode(lo, hi): the request of spans lo to hi - 1 of the export ex (a non-empty trace),
+    the serialized ExportTraceServiceRequest (csrc/io/otlppb.c, the GIL released)."""
+    data, cols = core_data(ex.trace), _cols(ex)
+    res, scope = _pb_resource(ex.resource), _pb_scope()
+    return lambda lo, hi: _core.encode_otlp(data, res, scope, cols, lo, hi)
+
+
+def _bodies(ex, batch):
+    """(lo, hi, body) for each batch of the export ex, as send() sends them: spans lo to hi - 1
+    and their request; none for an empty trace."""
+    total = len(ex.trace)
+    if not total:
+        return
+    encode = _encoder(ex)
+    for lo in range(0, total, batch):
+        hi = min(lo + batch, total)
+        yield lo, hi, encode(lo, hi)
 
 
 def _hex_ids(obj):
@@ -530,28 +650,32 @@ def _any_value(v):
 
 def _columns(ex):
     """(head, tail, cols): the text around the spans (the request, its one resource and scope)
-    and the columns of xsp_otlp_cols (csrc/io/otlpw.h) for the export ex."""
-    n = len(ex.trace)
-    if not n:                       # no spans: the request's JSON mapping is empty
-        return b"{}", b"\n", {"span_base": 0, "offset": 0,
-                               "trace_hi": np.ones(1, np.uint64),
-                               "trace_lo": np.ones(1, np.uint64),
-                               "trace_ix": np.zeros(0, np.int32),
-                               "lev_id": np.zeros(0, np.int64),
-                               "lev_val": np.zeros(0, np.float64)}
+    and the columns of xsp_otlp_cols (csrc/io/otlpspan.h) for the export ex."""
+    if not len(ex.trace):           # no spans: the request's JSON mapping is empty
+        return b"{}", b"\n", _cols(ex)
     # the resource's attributes as the SDK's Resource keeps them (an empty key is dropped)
     res = [{"key": k, "value": _any_value(v)} for k, v in ex.resource.items() if k]
     head = '{"resourceSpans":[{"resource":%s,"scopeSpans":[{"scope":%s,"spans":[' % (
         json.dumps({"attributes": res}, separators=(",", ":")),
         json.dumps({"name": "xsp", "version": __version__}, separators=(",", ":")))
+    return head.encode("utf-8"), b"]}]}]}\n", _cols(ex)
+
+
+def _cols(ex):
+    """The columns of xsp_otlp_cols (csrc/io/otlpspan.h) for the export ex, as write_otlp and
+    encode_otlp take them."""
+    n = len(ex.trace)
+    if not n:
+        return {"span_base": 0, "offset": 0, "trace_hi": np.ones(1, np.uint64),
+                "trace_lo": np.ones(1, np.uint64), "trace_ix": np.zeros(0, np.int32),
+                "lev_id": np.zeros(0, np.int64), "lev_val": np.zeros(0, np.float64)}
     lev_id, lev_val = _leveled_columns(ex.leveled, n)
     ids = ex.trace_ids
-    cols = {"span_base": ex.base, "offset": ex.offset % (1 << 64),
+    return {"span_base": ex.base, "offset": ex.offset % (1 << 64),
             "trace_hi": np.array([t >> 64 for t in ids], dtype=np.uint64),
             "trace_lo": np.array([t & ((1 << 64) - 1) for t in ids], dtype=np.uint64),
             "trace_ix": np.zeros(0, np.int32) if ex.trace_ix is None else ex.trace_ix,
             "lev_id": lev_id, "lev_val": lev_val}
-    return head.encode("utf-8"), b"]}]}]}\n", cols
 
 
 def _leveled_columns(leveled, n):

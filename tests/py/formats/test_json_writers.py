@@ -116,7 +116,10 @@ def check_same_otlp(value, tmp_path):
             except Exception as exc:            # a trace OTLP cannot carry: the same error
                 with pytest.raises(type(exc)):
                     otlp.write(value, got, **opts)
+                with pytest.raises(type(exc)):
+                    otlp._Export(value, "xsp", trace_per, None, None, TRACE_ID)
                 continue
+            check_same_otlp_requests(value, trace_per)
             b = _load(want)
             for path in (got, got + ".gz"):
                 assert otlp.write(value, path, **opts) == path
@@ -131,6 +134,26 @@ def check_same_otlp(value, tmp_path):
                 for i, (x, y) in enumerate(zip(sa["spans"], sb["spans"])):
                     assert _same(x, y), (trace_per, i, x, y)
                 assert _same(a, b)
+
+
+def check_same_otlp_requests(value, trace_per):
+    """The requests otlp.send sends (csrc/io/otlppb.c) are, byte for byte, those the
+    OpenTelemetry SDK's encoder gives for otlp.spans() of each batch, for one batch of all the
+    spans and for batches of 3 (requests that start inside the trace); each parses with
+    opentelemetry-proto's decoder and serializes back to itself."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import \
+        ExportTraceServiceRequest
+    sdk = otlp.spans(value, trace_id=TRACE_ID, trace_per=trace_per)
+    for batch in (max(1, len(sdk)), 3):
+        ex = otlp._Export(value, "xsp", trace_per, None, None, TRACE_ID)
+        bodies = list(otlp._bodies(ex, batch))
+        assert [(lo, hi) for lo, hi, _ in bodies] == [
+            (lo, min(lo + batch, len(sdk))) for lo in range(0, len(sdk), batch)]
+        for lo, hi, body in bodies:
+            want = encode_spans(sdk[lo:hi]).SerializeToString()
+            assert body == want, (trace_per, batch, lo)
+            assert ExportTraceServiceRequest.FromString(body).SerializeToString() == body
 
 
 def test_a_profile_with_shapes_and_memory(tmp_path):

@@ -91,19 +91,35 @@ class Receiver:
     """An OTLP/HTTP traces receiver on 127.0.0.1 (port 0) in a thread.  mode: "ok" (200 and an
     ExportTraceServiceResponse), "503" (always Service Unavailable), "stall" (answers nothing
     for `stall` seconds, or until closed), "slow" (as "ok", each answer `stall` seconds late);
-    ok_first: requests answered 200 before the mode applies.  requests: the decoded
-    ExportTraceServiceRequest of every request answered 200, in order; posts: every POST's
-    path."""
+    ok_first: requests answered 200 before the mode applies; fail_first: (k, status,
+    Retry-After or None), the first k POSTs answered that status (before anything else).
+    requests: the decoded ExportTraceServiceRequest of every request answered 200, in order;
+    posts: every POST's path; headers: every POST's headers (a dict, names lowercase); bodies:
+    every POST's body."""
 
-    def __init__(self, mode="ok", ok_first=0, stall=30.0):
+    def __init__(self, mode="ok", ok_first=0, stall=30.0, fail_first=(0, 0, None)):
         self.mode, self.ok_first, self.stall = mode, ok_first, stall
+        self.fail_first = fail_first
         self.requests, self.posts, self.closing = [], [], threading.Event()
+        self.headers, self.bodies = [], []
         rx = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 rx.posts.append(self.path)
+                rx.headers.append({k.lower(): v for k, v in self.headers.items()})
+                rx.bodies.append(body)
+                k, status, after = rx.fail_first
+                if len(rx.posts) <= k:
+                    out = b"try later"
+                    self.send_response(status)
+                    if after is not None:
+                        self.send_header("Retry-After", after)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    return
                 if rx.mode == "slow":
                     rx.closing.wait(rx.stall)
                 if rx.mode in ("ok", "slow") or len(rx.requests) < rx.ok_first:
@@ -434,6 +450,82 @@ def test_refused_connection():
     with bounded(12), pytest.raises(otlp.ExportError) as ei:
         otlp.send(hand_trace(), url, timeout=2)
     assert url in str(ei.value) and "connection refused" in str(ei.value)
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_transient_status_is_retried(status):
+    """429, 502, 503 and 504 are retried (the SDK exporter's transient statuses), after the
+    Retry-After the collector asks for (0 s here: no backoff to wait)."""
+    tr = hand_trace()
+    with Receiver(fail_first=(2, status, "0")) as rx, bounded(8):
+        assert otlp.send(tr, rx.url, trace_id=TRACE_ID, timeout=5) == len(tr)
+    assert len(rx.posts) == 3 and len(rx.requests) == 1
+    assert rx.bodies[0] == rx.bodies[1] == rx.bodies[2]
+    check_against(tr, rx.spans())
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_other_status_is_not_retried(status):
+    tr = hand_trace()
+    with Receiver(fail_first=(1, status, None)) as rx, pytest.raises(otlp.ExportError) as ei:
+        otlp.send(tr, rx.url, timeout=5)
+    assert len(rx.posts) == 1 and ei.value.sent == 0
+    assert "batch 1 of 1: HTTP %d" % status in str(ei.value) and "try later" in str(ei.value)
+
+
+def test_headers():
+    """Content-Type application/x-protobuf on every request; the headers given are sent, and
+    win over xsp's whatever their case."""
+    tr = hand_trace()
+    with Receiver() as rx:
+        otlp.send(tr, rx.url, batch=7, headers={"Authorization": "Bearer k", "user-AGENT": "me"})
+    assert len(rx.headers) == math.ceil(len(tr) / 7) == 3
+    for h in rx.headers:
+        assert h["content-type"] == "application/x-protobuf"
+        assert h["authorization"] == "Bearer k" and h["user-agent"] == "me"
+        assert int(h["content-length"]) > 0
+
+
+@pytest.mark.parametrize("trace_per", ["profile", "step"])
+def test_requests_are_the_sdk_encoders_bytes(trace_per):
+    """Each request's body is, byte for byte, what the OpenTelemetry SDK's encoder gives for
+    the SDK spans of its batch (encode_spans(spans(...)[lo:hi]).SerializeToString()); the full
+    comparison over every kind of trace is in test_json_writers.py."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    tr = hand_trace()
+    opts = dict(trace_per=trace_per, trace_id=TRACE_ID, service="svc", leveled={2: 1.5},
+                resource={"flag": True, "ratio": 0.25, "big": 2 ** 70, "n": -3, "": "dropped",
+                          "nan": float("nan"), "s": "", "\u20ac": "\u20ac" * 50})
+    sdk = otlp.spans(tr, **opts)
+    with Receiver() as rx:
+        otlp.send(tr, rx.url, batch=7, **opts)
+    assert rx.bodies == [encode_spans(sdk[lo:lo + 7]).SerializeToString()
+                         for lo in range(0, len(sdk), 7)]
+
+
+def test_empty_trace_sends_nothing():
+    with Receiver() as rx:
+        assert otlp.send(xsp.Trace.from_spans([], meta=META), rx.url) == 0
+    assert rx.posts == []
+
+
+def test_send_needs_no_opentelemetry(tmp_path):
+    """send encodes and posts by itself: with the OpenTelemetry packages and protobuf hidden,
+    the receiver gets the trace."""
+    tr = hand_trace()
+    code = ("import sys; sys.modules['opentelemetry'] = None; sys.modules['google'] = None\n"
+            "import xsp\n"
+            "tr = xsp.load(sys.argv[1])\n"
+            "print(xsp.formats.otlp.send(tr, sys.argv[2], trace_id=%d, batch=5))\n" % TRACE_ID)
+    path = str(tmp_path / "t.xsp")
+    xsp.save(tr, path)
+    with Receiver() as rx:
+        r = subprocess.run([sys.executable, "-c", code, path, rx.url], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=ROOT, NO_PROXY="127.0.0.1"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "%d\n" % len(tr)
+    check_against(tr, rx.spans())
 
 
 # -- OTLP/JSON ------------------------------------------------------------------------------
