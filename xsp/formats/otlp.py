@@ -520,8 +520,9 @@ def send(source, endpoint, *, service="xsp", trace_per="profile", timeout=10.0, 
     Each request is encoded by C (csrc/io/otlppb.c, in a thread with the GIL released, the
     next batch while one is posted: at most two requests' bytes are held) to the bytes the
     OpenTelemetry SDK's encoder gives for spans() of the same batch, and POSTed with requests:
-    the OpenTelemetry packages are not needed, requests is.  Nothing is read from the OTEL_EXPORTER_OTLP_* environment
-    variables: the endpoint, headers and timeout are the arguments.  What is transient is
+    the OpenTelemetry packages are not needed, requests is.  Nothing is read from the
+    OTEL_EXPORTER_OTLP_* environment variables: the endpoint, headers and timeout are the
+    arguments.  What is transient is
     retried as the SDK's exporter retries it (connection errors and timeouts, HTTP 429, 502,
     503, 504; up to 6 attempts, backoff 1, 2, 4, 8, 16 s +-20%, or the Retry-After asked);
     `timeout` bounds the time spent on the collector, every batch and retry together
