@@ -102,9 +102,10 @@ static xsp_tbuf g_notb;
  * import would fail with "cannot allocate memory in static TLS block" (the remedy:
  * GLIBC_TUNABLES=glibc.rtld.optional_static_tls=2048, or dropping this attribute). */
 static _Thread_local xsp_tbuf *tls_tb __attribute__((tls_model("initial-exec"))) = &g_notb;
-static uint8_t g_nochunk[2];                     /* wp = g_nochunk + 1 > wend = g_nochunk:
-                                                    "no room", so the next event takes the
-                                                    slow path, which finds a chunk */
+static uint8_t g_nochunk[16] __attribute__((aligned(8)));   /* wp = g_nochunk + 8 > wend =
+                                                    g_nochunk: "no room", so the next event
+                                                    takes the slow path, which finds a chunk
+                                                    (8, not 1: an odd wp is a busy one) */
 
 /* 1 when membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) works: then the hot path needs only a
  * compiler barrier between its busy store and its generation load, and stop pays for the
@@ -175,7 +176,7 @@ static xsp_tbuf *tbuf_attach(void)
         free(tb);
         return NULL;
     }
-    tb->wp = g_nochunk + 1;
+    tb->wp = g_nochunk + 8;
     tb->wend = g_nochunk;
     tb->tid = (uint64_t)syscall(SYS_gettid);
     tb->serial = atomic_fetch_add(&g_serial, 1);
@@ -222,7 +223,7 @@ static void fast_update(xsp_tbuf *tb)
         fast_off(tb);
         return;
     }
-    atomic_store(&tb->flimit, tb->wend + 1);
+    atomic_store(&tb->flimit, tb->wend + 2);   /* the busy wp, wend + 1 at most */
     if (atomic_load(&g_gen) != ((uint64_t)tb->names_epoch << 32 | tb->gen))
         fast_off(tb);
 }
@@ -244,7 +245,7 @@ static void tbuf_reset(xsp_tbuf *tb, uint64_t gen)
 {
     tb->gen = gen;
     tb->n_log = 0;
-    tb->wp = g_nochunk + 1;         /* no chunk: the first event takes the slow path */
+    tb->wp = g_nochunk + 8;         /* no chunk: the first event takes the slow path */
     tb->wend = g_nochunk;
     tb->nb = 0;
     tb->capped = 0;
@@ -439,6 +440,15 @@ static xsp_tbuf *enter(void)
     return tb;
 }
 
+/* Stop's read of a fast path's busy bit (fast_enter): 1 while the owner is inside one.  The
+ * owner writes the word in place (no C11 atomic: an asm increment and a plain add), so it is
+ * read with GCC's atomic builtin, an aligned 8-byte load; acquire, as the busy flag's load, so
+ * that what the owner stored before the add that cleared the bit is visible after it. */
+static inline int stop_busy_wp(xsp_tbuf *tb)
+{
+    return (int)((uintptr_t)__atomic_load_n(&tb->wp, __ATOMIC_ACQUIRE) & 1u);
+}
+
 static inline void leave(xsp_tbuf *tb)
 {
     atomic_store_explicit(&tb->busy, 0, memory_order_release);
@@ -513,15 +523,22 @@ static inline __attribute__((always_inline)) void put_begin_l(uint8_t *p, uint64
 
 /* The fast paths' entry: the busy handshake of enter(), membarrier flavour (the limit is NULL
  * without membarrier), with the buffer's own limit where enter() loads g_gen: the thread's
- * buffer with busy set if the fast paths may run on it (it belongs to this session, its stable
- * name slots were checked at the current names epoch: fast_update) and its chunk has room for
- * any event; else NULL with busy clear (the caller takes its slow path). */
+ * buffer, busy, if the fast paths may run on it (it belongs to this session, its stable name
+ * slots were checked at the current names epoch: fast_update) and its chunk has room for any
+ * event; else NULL, not busy (the caller takes its slow path).
+ *
+ * The fast paths' busy flag is the write pointer's low bit (events are 8-byte aligned, so it
+ * is clear otherwise): the entry sets it with one increment, the exit clears it with the bump
+ * past the event (fast_leave), one instruction where a flag of its own takes two stores.  The
+ * write pointer is then odd: the event starts at tb->wp - 1.  The increment is an asm
+ * statement, as the decrement of the way out: the owner is the only writer, and stop reads
+ * the word (stop_wait) with a relaxed atomic load, which on x86-64 is the same aligned load. */
 static inline __attribute__((always_inline)) xsp_tbuf *fast_enter(void)
 {
     xsp_tbuf *tb = tls_tb;   /* g_notb when the thread has no buffer: limit NULL */
-    atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
 #if defined(__x86_64__)
+    __asm__ __volatile__("incq %0" : "+m"(tb->wp));
+    atomic_signal_fence(memory_order_seq_cst);
     /* tb->wp < tb->flimit, the limit read as a relaxed atomic load is on x86-64 (one aligned
      * 8-byte load), but as the compare's memory operand: GCC loads an atomic into a register
      * first (one instruction more on each fast path) */
@@ -529,12 +546,20 @@ static inline __attribute__((always_inline)) xsp_tbuf *fast_enter(void)
                  : : "r"(tb->wp), "m"(*(uint8_t *const *)&tb->flimit) : "cc" : slow);
     return tb;
 slow:
-#else
-    if (__builtin_expect(tb->wp < atomic_load_explicit(&tb->flimit, memory_order_relaxed), 1))
-        return tb;
-#endif
-    leave(tb);
+    __asm__ __volatile__("decq %0" : "+m"(tb->wp));
     return NULL;
+#else
+    (void)tb;
+    return NULL;             /* no fast paths: the limit is only ever set with the TSC clock */
+#endif
+}
+
+/* The fast paths' exit: the write pointer past the event of n bytes (a multiple of 8) that
+ * began at tb->wp - 1, its busy bit cleared by the same add; the event's stores come first. */
+static inline __attribute__((always_inline)) void fast_leave(xsp_tbuf *tb, uint32_t n)
+{
+    atomic_signal_fence(memory_order_release);
+    tb->wp += n - 1;
 }
 
 /* G sessions: the hook stack's side of a begin whose rank is ord (XSP_NONE: not written). */
@@ -696,12 +721,11 @@ static inline __attribute__((always_inline)) int begin_l_fast(uint32_t kind, con
          * the dispatcher frees just after its deregistration listener ran is never taken for
          * a user scope's */
         if (__builtin_expect(slot->key == (uintptr_t)name, 1)) {
-            put_begin_l(tb->wp, key, kind, a0, slot->id, a1);
-            tb->wp += 32;
-            leave(tb);
+            put_begin_l(tb->wp - 1, key, kind, a0, slot->id, a1);
+            fast_leave(tb, 32);
             return 1;
         }
-        leave(tb);
+        __asm__ __volatile__("decq %0" : "+m"(tb->wp));   /* not busy: the slow path */
     }
 #else
     (void)kind, (void)name, (void)key, (void)a0, (void)a1;
@@ -777,9 +801,8 @@ void xsp_rec_end(uint64_t key, uint32_t flags)
     uint64_t now = xsp_clock_ticks();   /* first, so the bookkeeping below is outside the span */
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        put_end(tb->wp, key & XSP_EV_KEY_MASK, flags, now);
-        tb->wp += 16;
-        leave(tb);
+        put_end(tb->wp - 1, key & XSP_EV_KEY_MASK, flags, now);
+        fast_leave(tb, 16);
         return;
     }
     end_slow(key, flags, now);
@@ -801,11 +824,10 @@ void xsp_rec_end_l(uint64_t key)
     tsc_halves t = read_tsc();   /* first, so the bookkeeping below is outside the span */
     xsp_tbuf *tb = fast_enter();
     if (__builtin_expect(tb != NULL, 1)) {
-        uint8_t *p = tb->wp;
+        uint8_t *p = tb->wp - 1;
         put_tsc(p, t);
         memcpy(p + 8, &key, 8);   /* an end's tag is 0 (XSP_EV_END, no flags) */
-        tb->wp += 16;
-        leave(tb);
+        fast_leave(tb, 16);
         return;
     }
     uint64_t now = (uint64_t)t.hi << 32 | t.lo;
@@ -964,7 +986,7 @@ static void tbuf_release(xsp_tbuf *tb)
             free(tb->log[i]);          /* a small chunk past the cap */
     }
     tb->n_log = 0;
-    tb->wp = g_nochunk + 1;
+    tb->wp = g_nochunk + 8;
     tb->wend = g_nochunk;
     for (uint32_t i = 0; i < tb->n_chunks; i++)
         xsp_tbuf_chunk_free(tb, tb->chunks[i]);
@@ -1022,7 +1044,7 @@ int xsp_rec_stop(xsp_trace **out, const xsp_merge_extra *extra, char *err, size_
     uint32_t n = 0, cap = 16;
     xsp_tbuf **bufs = malloc(cap * sizeof *bufs);
     for (xsp_tbuf *tb = atomic_load(&g_registry); tb; tb = tb->next) {
-        while (atomic_load(&tb->busy))
+        while (atomic_load(&tb->busy) || stop_busy_wp(tb))
             sched_yield();
         if (tb->gen != gen || !bufs)
             continue;

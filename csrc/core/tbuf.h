@@ -114,8 +114,10 @@ typedef struct xsp_hook_open {
 
 typedef struct xsp_tbuf {
     /* the hot path's fields, first */
-    uint8_t *wp;                /* next free byte of the current log chunk */
-    _Atomic(uint8_t *) flimit;  /* the fast paths run while wp < flimit: wend + 1 when they
+    uint8_t *wp;                /* next free byte of the current log chunk; + 1 (odd) while
+                                 * the owner is inside a fast path (recorder.c, fast_enter):
+                                 * written by the owner only, read by stop */
+    _Atomic(uint8_t *) flimit;  /* the fast paths run while wp + 1 < flimit: wend + 2 when they
                                  * may (buffer reset for the session, its stable name slots
                                  * checked at the names epoch, membarrier, no hooks, TSC clock,
                                  * no chunk refused, no lost span open), NULL otherwise.  Set
@@ -123,7 +125,8 @@ typedef struct xsp_tbuf {
                                  * the store); nulled by stop and by names_changed from any
                                  * thread, after their g_gen bump (recorder.c, "The fast
                                  * paths' limit") */
-    _Atomic int busy;           /* 1 while the owner is inside a begin/end (see stop) */
+    _Atomic int busy;           /* 1 while the owner is inside a slow path (see stop; the
+                                 * fast paths' flag is wp's low bit) */
     _Atomic int dead;           /* set when the owning thread has exited */
     uint8_t *wend;              /* wp > wend: the chunk has no room for a 32-byte event */
     uint64_t gen;               /* session generation the contents belong to (g_gen's low

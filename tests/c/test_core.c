@@ -5,7 +5,9 @@
  * Run with the fake clock, so every timestamp is known exactly.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -416,6 +418,65 @@ static void test_threads(void)
         CHECK_EQ_U(t->n_threads, 1);
         xsp_trace_free(t);
     }
+}
+
+/* Stop while other threads record on the fast paths (the busy bit in the write pointer,
+ * recorder.c fast_enter): two threads run ops with a stable name without pause, through 40
+ * sessions; each session stops once both threads have finished 100 ops in it, so every stop
+ * finds them mid-op or about to be.  Each trace is well-formed, holds only those ops, at
+ * least 99 per thread, and none ends before it begins. */
+#define RACE_THREADS 2
+static atomic_int race_run;
+static atomic_uint_least64_t race_ops[RACE_THREADS];
+
+static void *race_worker(void *p)
+{
+    uintptr_t me = (uintptr_t)p;
+    uint64_t key = (me + 1) << 40;
+    while (atomic_load(&race_run)) {
+        xsp_rec_begin_l(XSP_KIND_OP, "aten::relu", key, 0, 1);
+        xsp_rec_end_l(key);
+        key++;
+        atomic_fetch_add(&race_ops[me], 1);
+    }
+    return NULL;
+}
+
+static void test_stop_racing_fast_paths(void)
+{
+    char err[256];
+    pthread_t th[RACE_THREADS];
+    atomic_store(&race_run, 1);
+    for (uintptr_t i = 0; i < RACE_THREADS; i++)
+        pthread_create(&th[i], NULL, race_worker, (void *)i);
+    uint32_t bad = 0, few = 0;
+    for (int sess = 0; sess < 40; sess++) {
+        CHECK(xsp_rec_start(NULL, err, sizeof err) == 0);
+        uint64_t at[RACE_THREADS];
+        for (int i = 0; i < RACE_THREADS; i++)
+            at[i] = atomic_load(&race_ops[i]);
+        for (int i = 0; i < RACE_THREADS; i++)
+            while (atomic_load(&race_ops[i]) < at[i] + 100)
+                sched_yield();
+        xsp_trace *t = stop();
+        if (!t)
+            continue;
+        uint32_t per[RACE_THREADS + 1] = {0};
+        for (uint32_t k = 0; k < t->n_spans; k++) {
+            const xsp_span *sp = &t->spans[k];
+            bad += strcmp(span_name(t, k), "aten::relu") != 0 || sp->kind != XSP_KIND_OP
+                   || sp->level != XSP_LEVEL_L || sp->end_ns < sp->start_ns;
+            if (sp->thread < RACE_THREADS + 1)
+                per[sp->thread]++;
+        }
+        few += t->n_threads != RACE_THREADS || per[0] < 99 || per[1] < 99;
+        xsp_trace_free(t);
+    }
+    atomic_store(&race_run, 0);
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ_U(bad, 0);
+    CHECK_EQ_U(few, 0);
 }
 
 /* Recording outside a session does nothing; stop without a session fails cleanly. */
@@ -1144,6 +1205,7 @@ int main(void)
     test_cap_names();
     test_depth();
     test_threads();
+    test_stop_racing_fast_paths();
     test_inactive();
     test_trace_check();
     test_add_span_attrs();
