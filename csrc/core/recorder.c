@@ -14,7 +14,8 @@
  *   g_lock      serialises start and stop (never taken on the hot path).
  *
  * The stop protocol (Dekker): a recorder stores busy=1 then loads g_gen; stop stores g_gen
- * then loads each busy.  With a full fence on both sides at least one sees the other: either
+ * then loads each busy.  (The fast paths' busy is the write pointer's low bit and their g_gen
+ * is the buffer's limit: "The fast paths' limit", below, and fast_enter.)  With a full fence on both sides at least one sees the other: either
  * the recorder sees the session ended and leaves, or stop sees busy and waits for it to clear.
  * So after stop's wait no thread touches any buffer until the next session, and stop may read
  * and free chunks without a lock.  Where membarrier(2) is available the recorder's fence is
