@@ -99,14 +99,8 @@ def torch_export(n, path, events):
 
 
 def timed(fn, path):
-    """Times fn(path), the writing of one file; bytes: its size.  Every write starts with
-    nothing else waiting to be written (os.sync(), not timed): xsp.save's fsync (its atomic
-    write) would otherwise also pay for the pages the writes timed before it left dirty, as an
-    ext4 journal commit (data=ordered) writes them out first, while torch's export, which does
-    not fsync, leaves its own to the next one."""
     if os.path.exists(path):
         os.unlink(path)
-    os.sync()
     t0 = time.perf_counter()
     fn(path)
     dt = time.perf_counter() - t0
