@@ -283,15 +283,22 @@ void xsp_jsonw_text(xsp_jsonw *w, const char *s, size_t n)
     content(w, (const unsigned char *)s, n, 0);
 }
 
-static void put_u64(xsp_jsonw *w, uint64_t v)
+size_t xsp_u64_dec(char *buf, uint64_t v)
 {
-    char tmp[24];
-    int k = 24;
+    char tmp[20];
+    int k = 20;
     do {
         tmp[--k] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    xsp_jsonw_raw(w, tmp + k, (size_t)(24 - k));
+    memcpy(buf, tmp + k, (size_t)(20 - k));
+    return (size_t)(20 - k);
+}
+
+static void put_u64(xsp_jsonw *w, uint64_t v)
+{
+    char tmp[20];
+    xsp_jsonw_raw(w, tmp, xsp_u64_dec(tmp, v));
 }
 
 void xsp_jsonw_uint(xsp_jsonw *w, uint64_t v)

@@ -71,6 +71,10 @@ void xsp_jsonw_text(xsp_jsonw *w, const char *s, size_t n);
 void xsp_jsonw_int(xsp_jsonw *w, int64_t v);
 void xsp_jsonw_uint(xsp_jsonw *w, uint64_t v);
 
+/* The decimal digits of v into buf (room for 20 bytes; no NUL); returns how many.  Cannot
+ * fail. */
+size_t xsp_u64_dec(char *buf, uint64_t v);
+
 /* v as Python's repr, or "nan" / "inf" / "-inf" (quoted) when not finite. */
 void xsp_jsonw_double(xsp_jsonw *w, double v);
 

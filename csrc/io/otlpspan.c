@@ -213,15 +213,9 @@ static const double *leveled(xsp_otlp_span *s, const xsp_otlp_cols *c, uint32_t 
 /* v in decimal into buf (at least 21 bytes, NUL-ended); its length. */
 static size_t u64_text(char *buf, uint64_t v)
 {
-    char tmp[20];
-    int k = 20;
-    do {
-        tmp[--k] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(buf, tmp + k, (size_t)(20 - k));
-    buf[20 - k] = 0;
-    return (size_t)(20 - k);
+    size_t n = xsp_u64_dec(buf, v);
+    buf[n] = 0;
+    return n;
 }
 
 int xsp_otlp_span_get(xsp_otlp_span *s, const xsp_trace *t, const xsp_otlp_cols *c, uint32_t i)

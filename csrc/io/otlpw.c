@@ -24,14 +24,7 @@ static char *put_hex(char *p, uint64_t v)
 
 static char *put_u64(char *p, uint64_t v)
 {
-    char tmp[20];
-    int k = 20;
-    do {
-        tmp[--k] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(p, tmp + k, (size_t)(20 - k));
-    return p + (20 - k);
+    return p + xsp_u64_dec(p, v);
 }
 
 /* "traceId":"..","spanId":".." */
