@@ -83,6 +83,21 @@ def child(variant, n, e2e):
     keep = [bytearray(8 * (i % 64 + 1)) for i in range(pad * 97)]
     variant, _, opt = variant.partition("+")     # "xsp L+record_shapes": with that option
     kw = {opt: True} if opt else {}
+    # a warm-up session of the variant, as the 200 ops above warm torch: a profiler's first
+    # start imports and builds what later ones reuse, and those allocations leave Python's
+    # allocator in a state that the block would otherwise pay for (+19 instructions an op in
+    # xsp L's obmalloc on 5 of 6 heap layouts, 2026-12-03); --cold leaves it out
+    if os.environ.get("XSP_BENCH_COLD") != "1":
+        if variant == "floor":
+            _bench.floor_attach()
+            torch.add(a, b)
+            _bench.floor_detach()
+        elif variant == "torch.profiler":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **kw):
+                torch.add(a, b)
+        elif variant == "xsp L":
+            with xsp.profile(levels="L", **kw):
+                torch.add(a, b)
     if variant == "floor":
         _bench.floor_attach()
     elif variant == "torch.profiler":
@@ -106,6 +121,9 @@ def child(variant, n, e2e):
     os._exit(0)
 
 
+COLD = False   # --cold: the children skip their warm-up session
+
+
 def instructions(variant, n, e2e, modules=0, pad=0):
     # sys.executable as it is, not its realpath: a virtual environment's python is a symlink,
     # and the resolved interpreter would not find the environment's packages
@@ -115,7 +133,8 @@ def instructions(variant, n, e2e, modules=0, pad=0):
            str(modules) if modules else ("1" if e2e else "0")]
     # a fixed hash seed: dict layouts, and so the garbage collector's work, are the same in
     # every child, so the counts repeat (with random seeds they moved by ~300 per op)
-    env = dict(os.environ, PYTHONHASHSEED="0", XSP_BENCH_HEAP_PAD=str(pad))
+    env = dict(os.environ, PYTHONHASHSEED="0", XSP_BENCH_HEAP_PAD=str(pad),
+               XSP_BENCH_COLD="1" if COLD else "0")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     m = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not m:
@@ -143,7 +162,12 @@ def main(argv=None):
     ap.add_argument("--layouts", type=int, default=1,
                     help="with --in-block-only: repeat in K heap layouts (objects kept alive "
                          "before the block) and report each and their mean")
+    ap.add_argument("--cold", action="store_true",
+                    help="no warm-up session before the block: each variant's first start "
+                         "and its allocations just before the counted ops")
     args = ap.parse_args(argv)
+    global COLD
+    COLD = args.cold
     if args.modules:
         return modules_main(args.modules)
     if args.in_block_only:
@@ -210,8 +234,9 @@ def options_main(n):
 
 
 def in_block_main(n, layouts=1):
-    print("per-op cost in instructions (callgrind), in block only, %d ops, %d heap layout(s); %s"
-          % (n, layouts, common.machine()))
+    print("per-op cost in instructions (callgrind), in block only, %d ops, %d heap layout(s), "
+          "%s; %s" % (n, layouts, "cold (no warm-up session)" if COLD else
+                      "after a warm-up session", common.machine()))
     variants = ("unprofiled", "floor", "xsp L")
     jobs = [(v, k, pad) for pad in range(layouts) for v in variants for k in (0, n)]
     from concurrent.futures import ThreadPoolExecutor
