@@ -18,8 +18,13 @@ C ones replaced (kineto._reference_write, chrome._reference_write, otlp._referen
 SDK's encoder and protobuf's JSON mapping) at the smallest size, for comparison.  --no-send
 leaves otlp.send out.
 
+xsp.save leaves the JSON exports to the kernel's writeback, as torch's export_chrome_trace
+does (neither fsyncs).  --durable adds the three saves with fsync=True (the file and its
+directory fsynced before the save returns, docs/api.md), each its own variant in the rounds.
+
     python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
                                       [--xsp-only 10000000] [--profile-memory] [--no-send]
+                                      [--durable]
 
 --profile-memory: the loop is of x + 1 (an allocation and a free each) and both profilers
 record memory: torch writes its "[memory]" instants, xsp its sums, written back as those
@@ -176,6 +181,7 @@ def main(argv=None):
     ap.add_argument("--xsp-only", type=int, default=0)
     ap.add_argument("--profile-memory", action="store_true")
     ap.add_argument("--no-send", action="store_true")
+    ap.add_argument("--durable", action="store_true")
     args = ap.parse_args(argv)
     global MEMORY
     MEMORY = args.profile_memory
@@ -212,6 +218,14 @@ def main(argv=None):
                 "xsp.save .otlp.json": lambda: timed(lambda f: xsp.save(tr, f, trace_id=tid),
                                                      os.path.join(d, "x.otlp.json")),
             }
+            if args.durable:
+                variants["xsp.save .pt.trace.json fsync"] = lambda: timed(
+                    lambda f: xsp.save(tr, f, fsync=True), os.path.join(d, "y.pt.trace.json"))
+                variants["xsp.save .json fsync"] = lambda: timed(
+                    lambda f: xsp.save(tr, f, fsync=True), os.path.join(d, "y.json"))
+                variants["xsp.save .otlp.json fsync"] = lambda: timed(
+                    lambda f: xsp.save(tr, f, trace_id=tid, fsync=True),
+                    os.path.join(d, "y.otlp.json"))
             if sdk:
                 variants["otlp.spans (SDK spans)"] = lambda: timed_call(
                     lambda: otlp.spans(tr, trace_id=tid))
@@ -233,7 +247,7 @@ def main(argv=None):
             for k, r in res.items():
                 s = common.med(r["s"])
                 size = common.med(r["bytes"])
-                print("  %-27s %7.2f s  %6.2f us/span  %s  %s" % (
+                print("  %-32s %7.2f s  %6.2f us/span  %s  %s" % (
                     k, s, s / len(tr) * 1e6, "%7.1f MB" % (size / 1e6) if size else "   (no file)",
                     "" if k.startswith("torch") else "xsp/torch %.2f" % (s / base)))
             del tr

@@ -60,12 +60,16 @@ def _sync_dir(path):
         os.close(fd)
 
 
-def atomic_write(path, write, binary=False):
+def atomic_write(path, write, binary=False, fsync=True):
     """Calls write(f) on a new file beside path (text, UTF-8 with lone surrogates written as
-    '?'; bytes with binary=True), fsyncs it and renames it over path, so that a reader never
-    sees half a file, whatever other threads and processes write there at the same time, and
-    a failure leaves what was there.  The temporary file has a fresh unpredictable name,
-    created O_EXCL|O_NOFOLLOW (never an existing file, never through a symlink), and the usual
+    '?'; bytes with binary=True), fsyncs it (when fsync) and renames it over path, so that a
+    reader never sees half a file, whatever other threads and processes write there at the
+    same time, and a failure leaves what was there.  fsync=True also makes the file and the
+    rename durable (on the disk before this returns: a machine that loses power afterwards
+    still has it whole); with fsync=False the kernel writes the file back in its own time,
+    as any buffered write, and a power loss soon after may leave path empty or as it was on
+    some file systems.  The temporary file has a fresh unpredictable name, created
+    O_EXCL|O_NOFOLLOW (never an existing file, never through a symlink), and the usual
     permissions (0666 less the umask).  Raises what write or the file system raises (OSError),
     after removing the temporary file."""
     path = os.fspath(path)
@@ -80,12 +84,21 @@ def atomic_write(path, write, binary=False):
         with f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)
         raise
-    _sync_dir(path)
+    if fsync:
+        _sync_dir(path)
+
+
+def jsonw_flags(path, fsync):
+    """The flags of the C JSON writers (_core.write_kineto, write_chrome, write_otlp;
+    csrc/io/jsonw.h) for a file at path: gzip for a path ending in .gz, writeback hints when
+    the file will be fsynced."""
+    return (1 if os.fsdecode(path).endswith(".gz") else 0) | (2 if fsync else 0)
 
 
 def _unlink(tmp):

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from xsp import _core
-from xsp.core.util import atomic_write, printable
+from xsp.core.util import atomic_write, jsonw_flags, printable
 from xsp.formats.kineto import read as kineto_read
 from xsp.formats.tracks import (SPAWN_FLOW, chrome_pid, first_start_ns, spawn_links, thread_pids,
                                  us)
@@ -48,7 +48,7 @@ def read(path, **options):
     return kineto_read(path, **options)
 
 
-def write(trace, path):
+def write(trace, path, *, fsync=False):
     """Writes trace (an xsp.Trace; of an xsp.Measurement, its deepest run's) to path as Chrome
     trace event JSON (chrome://tracing, Perfetto UI): one track per thread, complete ("X")
     events with ns-exact microsecond timestamps relative to the first span, so nesting is kept;
@@ -56,7 +56,8 @@ def write(trace, path):
     attr.parent).  The process id is the trace's meta pid; one that is not an int from 0 to
     2**31-1 (a damaged or hand-made trace) is replaced by 0 and otherData.xsp.pid_note says so.
     A path ending in .gz is gzip-compressed.  The events are written by C (csrc/io/chromew.c),
-    streamed, with the GIL released; written atomically; raises OSError on failure."""
+    streamed, with the GIL released; written atomically (fsync=True: durable too, docs/api.md,
+    xsp.save); raises OSError on failure."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace = trace.trace
     path = os.fspath(path)
@@ -68,9 +69,9 @@ def write(trace, path):
             "spawn_i": np.array([i for i, _ in links], dtype=np.int64),
             "spawn_j": np.array([j for _, j in links], dtype=np.int64)}
     head = _head(trace, pid, note, pids).encode("utf-8", "replace")
-    gz = os.fsdecode(path).endswith(".gz")
-    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), gz, core_data(trace), head,
-                                                    b"\n]}\n", cols), binary=True)
+    flags = jsonw_flags(path, fsync)
+    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), flags, core_data(trace), head,
+                                                    b"\n]}\n", cols), binary=True, fsync=fsync)
     return path
 
 

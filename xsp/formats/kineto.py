@@ -42,7 +42,7 @@ import numpy as np
 
 from xsp import _core
 from xsp.core import iterations
-from xsp.core.util import atomic_write, printable
+from xsp.core.util import atomic_write, jsonw_flags, printable
 from xsp.formats.tracks import SPAWN_FLOW, kineto_pid, spawn_links, tracks, us
 from xsp.values.trace import Trace, core_data
 
@@ -213,7 +213,7 @@ def _memory_events(a, p_, t_, ts):
                                                               _dumps(args)) for args in out]
 
 
-def write(trace, path, *, base_ns=None, leveled=None):
+def write(trace, path, *, base_ns=None, leveled=None, fsync=False):
     """Writes trace (an xsp.Trace, or an xsp.Measurement: its deepest run's trace with each
     span's leveled latency) as Kineto's JSON (docs/format.md, "Kineto's JSON"):
     torch.profiler's layout, categories and args, ac2g and fwdbwd flows, xsp's extras in
@@ -224,17 +224,19 @@ def write(trace, path, *, base_ns=None, leveled=None):
     "xsp.leveled_ns".  The events are written by C (csrc/io/kinetow.c), streamed, with the
     GIL released, from columns made here; a trace with a value C cannot hold (an id or pid past
     int64, a step named by a number: hand-made traces) is written by the Python reference
-    writer instead, to the same text.  Written atomically; OSError on failure."""
+    writer instead, to the same text.  Written atomically (a reader sees the old file or the
+    new one, whole); fsync=True also makes it durable before this returns (docs/api.md,
+    xsp.save).  OSError on failure."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace, leveled = trace.trace, trace.leveled_ns() if leveled is None else leveled
     path = os.fspath(path)
     try:
         head, tail, cols = _columns(trace, base_ns, leveled or {})
     except _Outside:
-        return _reference_write(trace, path, base_ns=base_ns, leveled=leveled)
-    gz = os.fsdecode(path).endswith(".gz")
-    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), gz, core_data(trace), head, tail,
-                                                    cols), binary=True)
+        return _reference_write(trace, path, base_ns=base_ns, leveled=leveled, fsync=fsync)
+    flags = jsonw_flags(path, fsync)
+    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), flags, core_data(trace), head,
+                                                    tail, cols), binary=True, fsync=fsync)
     return path
 
 
@@ -423,7 +425,7 @@ def _json_cols(trace):
 
 # -- the reference: the Python writer the C one replaced, kept for the tests that compare them
 # (tests/py/formats/test_json_writers.py) and for traces with values past int64
-def _reference_write(trace, path, *, base_ns=None, leveled=None):
+def _reference_write(trace, path, *, base_ns=None, leveled=None, fsync=False):
     """Writes trace as write does, one event at a time in Python."""
     if not isinstance(trace, Trace) and hasattr(trace, "leveled_ns"):    # a Measurement
         trace, leveled = trace.trace, trace.leveled_ns() if leveled is None else leveled
@@ -431,9 +433,9 @@ def _reference_write(trace, path, *, base_ns=None, leveled=None):
     path = os.fspath(path)
     if path.endswith(".gz"):
         data = gzip.compress(text.encode("utf-8", "replace"), mtime=0)
-        atomic_write(path, lambda f: f.write(data), binary=True)
+        atomic_write(path, lambda f: f.write(data), binary=True, fsync=fsync)
     else:
-        atomic_write(path, lambda f: f.write(text))
+        atomic_write(path, lambda f: f.write(text), fsync=fsync)
     return path
 
 

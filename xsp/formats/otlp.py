@@ -39,7 +39,7 @@ import warnings
 import numpy as np
 
 from xsp import _core
-from xsp.core.util import atomic_write, printable
+from xsp.core.util import atomic_write, jsonw_flags, printable
 from xsp._version import __version__
 from xsp.core.errors import XSPWarning
 from xsp.values.trace import KINDS, LEVELS, core_data
@@ -620,20 +620,20 @@ def to_json(source, **options):
 
 
 def write(source, path, *, service="xsp", trace_per="profile", leveled=None, resource=None,
-          trace_id=None):
+          trace_id=None, fsync=False):
     """Writes the OTLP/JSON of the export (the value to_json(source, ...) gives; options as
     spans()) to path, atomically: a file that Jaeger's UI loads ("JSON File" upload) and that
-    an OTLP/HTTP JSON receiver accepts.  A path ending in .gz is gzip-compressed.  Returns
-    path.  The spans are written by C (csrc/io/otlpw.c), streamed, with the GIL released, from
+    an OTLP/HTTP JSON receiver accepts.  A path ending in .gz is gzip-compressed; fsync=True
+    makes the file durable before this returns (docs/api.md, xsp.save).  Returns path.  The spans are written by C (csrc/io/otlpw.c), streamed, with the GIL released, from
     columns made here; the OpenTelemetry packages are not needed.  Raises OSError when it
     cannot be written (what was at path stays), ValueError, TypeError or TimeRangeError as
     spans(), before anything is written."""
     ex = _Export(source, service, trace_per, leveled, resource, trace_id)
     path = os.fspath(path)
     head, tail, cols = _columns(ex)
-    gz = os.fsdecode(path).endswith(".gz")
-    atomic_write(path, lambda f: _core.write_otlp(f.fileno(), gz, core_data(ex.trace), head,
-                                                  tail, cols), binary=True)
+    flags = jsonw_flags(path, fsync)
+    atomic_write(path, lambda f: _core.write_otlp(f.fileno(), flags, core_data(ex.trace), head,
+                                                  tail, cols), binary=True, fsync=fsync)
     return path
 
 

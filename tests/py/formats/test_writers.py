@@ -517,3 +517,77 @@ def test_a_trace_cannot_be_changed_so_saving_on_another_thread_is_safe(tmp_path)
         th.join()
     assert errors == []
     assert xsp.load(str(tmp_path / "t0.xsp")) == tr == xsp.load(str(tmp_path / "t1.xsp"))
+
+
+# -- durability: which saves fsync (docs/api.md, xsp.save; docs/format.md, "Durability")
+EXPORTS = [("kineto", "t.pt.trace.json", "write_kineto"),
+           ("kineto", "t.pt.trace.json.gz", "write_kineto"),
+           ("chrome", "t.json", "write_chrome"),
+           ("otlp", "t.otlp.json", "write_otlp"),
+           ("otlp", "t.otlp.json.gz", "write_otlp")]
+
+
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Records what os.fsync is called on: 'file' (a regular file) or 'dir'."""
+    import stat
+    seen = []
+    real = os.fsync
+
+    def record(fd):
+        seen.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    return seen
+
+
+def text(path):
+    """The file's text, gunzipped, with Kineto's trace_id (random per export, as torch's) cut."""
+    import gzip
+    import re
+    data = open(path, "rb").read()
+    data = gzip.decompress(data) if path.endswith(".gz") else data
+    return re.sub(rb'"trace_id": "[0-9A-F]{32}"', b'"trace_id": ""', data)
+
+
+@pytest.mark.parametrize("fmt,name,fn", EXPORTS)
+def test_exports_fsync_only_when_asked_and_write_the_same_bytes(tmp_path, traces, fsyncs,
+                                                                monkeypatch, fmt, name, fn):
+    """An export is renamed into place atomically either way; fsync=True adds the fsync of the
+    file and of its directory, and the C writer's writeback hints (flag 2; flag 1 is gzip).
+    The file's bytes do not depend on it."""
+    from xsp import _core
+    flags = []
+    real = getattr(_core, fn)
+
+    def spy(fd, fl, *rest):
+        flags.append(fl)
+        return real(fd, fl, *rest)
+
+    monkeypatch.setattr(_core, fn, spy)
+    gz = 1 if name.endswith(".gz") else 0
+    plain, durable = str(tmp_path / ("a." + name)), str(tmp_path / ("b." + name))
+    same = {"trace_id": 0x1234} if fmt == "otlp" else {}     # else a random id per export
+    assert xsp.save(traces[2], plain, **same) == plain
+    assert (fsyncs, flags) == ([], [gz])
+    assert xsp.save(traces[2], durable, fsync=True, **same) == durable
+    assert (fsyncs, flags) == (["file", "dir"], [gz, gz | 2])
+    assert text(plain) == text(durable)
+    assert entries(tmp_path) == sorted(["a." + name, "b." + name])
+    again = xsp.load(plain) if fmt != "otlp" else None
+    if again is not None:
+        # the Chrome file read back gains the reader's region span
+        assert len(again) == len(traces[2]) + (fmt == "chrome") == 2001 + (fmt == "chrome")
+
+
+def test_records_are_durable_by_default(tmp_path, traces, fsyncs):
+    """atomic_write fsyncs unless told not to: the HTML report, measurements, the zoo's
+    tables and the plugin's files keep the fsync of the file and of its directory."""
+    _util.atomic_write(str(tmp_path / "r.json"), lambda f: f.write("{}"))
+    assert fsyncs == ["file", "dir"]
+    _util.atomic_write(str(tmp_path / "s.json"), lambda f: f.write("{}"), fsync=False)
+    assert fsyncs == ["file", "dir"]
+    xsp.report.html(traces[1], str(tmp_path / "r.html"))
+    assert fsyncs == ["file", "dir"] * 2
+    assert entries(tmp_path) == ["r.html", "r.json", "s.json"]
