@@ -19,7 +19,8 @@ SDK's encoder and protobuf's JSON mapping) at the smallest size, for comparison.
 leaves otlp.send out.
 
 xsp.save leaves the JSON exports to the kernel's writeback, as torch's export_chrome_trace
-does (neither fsyncs).  --durable adds the three saves with fsync=True (the file and its
+does (neither fsyncs); every timed write starts after an os.sync() (not timed), so that none
+waits for the disk to take the pages an earlier one left.  --durable adds the three saves with fsync=True (the file and its
 directory fsynced before the save returns, docs/api.md), each its own variant in the rounds.
 
     python benchmarks/bench_export.py [--spans 100000,1000000] [--rounds 3] [--reference]
@@ -104,8 +105,11 @@ def torch_export(n, path, events):
 
 
 def timed(fn, path):
+    """Times fn(path), a write of a new file, from a clean page cache: os.sync() first (not
+    timed), so that no write waits for the writeback of an earlier one's pages."""
     if os.path.exists(path):
         os.unlink(path)
+    os.sync()
     t0 = time.perf_counter()
     fn(path)
     dt = time.perf_counter() - t0

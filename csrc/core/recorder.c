@@ -52,6 +52,7 @@
 #include "chunk.h"
 #include "clock.h"
 #include "tbuf.h"
+#include "../include/xsp_fast.h"
 
 #define DEFAULT_CAP (1ull << 30)
 #define DEFAULT_POOL (4ull << 20)
@@ -815,6 +816,28 @@ static __attribute__((noinline)) void end_l_slow(uint64_t key, uint64_t tsc)
     uint64_t now = atomic_load_explicit(&xsp_clock_rdtsc, memory_order_relaxed)
                        ? tsc : xsp_clock_ticks();
     end_slow(key, 0, now);
+}
+
+/* The shim's copy of the fast paths (include/xsp_fast.h) works on the same buffer: its view of
+ * the buffer's first bytes must be this one. */
+_Static_assert(offsetof(xsp_tbuf, wp) == offsetof(xsp_fast_buf, wp)
+                   && offsetof(xsp_tbuf, flimit) == offsetof(xsp_fast_buf, flimit)
+                   && offsetof(xsp_tbuf, ncache) == offsetof(xsp_fast_buf, slots)
+                   && XSP_NAME_CACHE == XSP_FAST_NAME_SLOTS
+                   && sizeof(xsp_name_slot) == sizeof(xsp_fast_slot)
+                   && offsetof(xsp_name_slot, key) == offsetof(xsp_fast_slot, key)
+                   && offsetof(xsp_name_slot, id) == offsetof(xsp_fast_slot, id),
+               "include/xsp_fast.h's view of a thread's buffer is xsp_tbuf's");
+
+intptr_t xsp_rec_fast_tls(void)
+{
+#if defined(__x86_64__) && defined(__linux__)
+    uintptr_t tp;
+    __asm__("movq %%fs:0, %0" : "=r"(tp));   /* the thread pointer: the TCB's self pointer */
+    return (intptr_t)((uintptr_t)&tls_tb - tp);
+#else
+    return 0;
+#endif
 }
 
 /* The op exit.  The fast path (as the op entry's): two stores after an rdtsc, no frame. */

@@ -162,6 +162,12 @@ void xsp_rec_end(uint64_t key, uint32_t flags);
 /* Hot path.  xsp_rec_end(key, 0) for a key below 2^56: the torch shim's exit for ops. */
 void xsp_rec_end_l(uint64_t key);
 
+/* The offset from the thread pointer (%fs on x86-64 Linux) of this module's thread-local
+ * pointer to the calling thread's buffer, the same in every thread (initial-exec TLS): the
+ * shim's inline fast paths (include/xsp_fast.h) read the buffer there.  0 where the fast
+ * paths do not exist (not x86-64 Linux).  Any thread; cannot fail. */
+intptr_t xsp_rec_fast_tls(void);
+
 /* Data events.  Appends a payload of len bytes (at most XSP_DATA_MAX) to the calling thread's
  * log, timestamped now, to be attached at stop to a span recorded on this thread:
  *   XSP_DATA_INPUTS: to the span begun just before on this thread, when that begin was recorded

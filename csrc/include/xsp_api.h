@@ -40,7 +40,7 @@
                                      * a level-L begin's tag in the core's log (recorder.c
                                      * asserts it) */
 /* The version of both tables (see the ABI rule above). */
-#define XSP_ABI_VERSION 8
+#define XSP_ABI_VERSION 9
 
 /* Data events (csrc/core/recorder.h, xsp_rec_data): sub-types and the memory event's
  * payload.  Part of the ABI between the core and the shim. */
@@ -81,6 +81,9 @@ typedef struct xsp_core_api {
     /* xsp_rec_set_forward_tid_fn (recorder.h): the shim's function that gives a backward
      * node's forward thread id from the key rec_op_start received for it */
     void (*set_forward_tid_fn)(int64_t (*fn)(uint64_t key));
+    /* xsp_rec_fast_tls (recorder.h): where the shim's inline fast paths (xsp_fast.h) find the
+     * calling thread's buffer; 0: no inline fast paths (call rec_op_start and rec_end_l) */
+    intptr_t (*fast_tls)(void);
 } xsp_core_api;
 
 /* The other direction: the torch shim's table, exported by xsp._torch as the capsule

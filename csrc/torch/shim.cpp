@@ -37,6 +37,7 @@
 extern "C" {
 #include "core/inputs.h"    /* the inputs payload's layout (XSP_IN_*) */
 #include "core/trace.h"     /* XSP_LEVEL_L, XSP_KIND_*: only the enums are used */
+#include "include/xsp_fast.h"   /* the op entry's and exit's fast paths, inline */
 }
 
 #include <ATen/core/List.h>
@@ -265,6 +266,50 @@ start_result on_start_portable(const at::RecordFunction &fn) noexcept
 const start_cb on_start = on_start_portable;
 #endif
 
+
+#if XSP_TORCH_FN_CHECKED && defined(XSP_FAST_INLINE)
+/* The callbacks with the core's fast paths inline (include/xsp_fast.h), installed when the
+ * core gives the offset of its thread-local buffer pointer (xsp_core_api.fast_tls): no
+ * indirect call and no argument moves into the core's register order on the way that nearly
+ * every op takes; whatever the fast path does not take goes to the core's op entry and exit,
+ * which try again and take their slow paths.  g_fast_tls is stored at attach, before
+ * at::addGlobalCallback publishes these callbacks (as g_begin), and never changes: the core
+ * is loaded once per process. */
+std::atomic<intptr_t> g_fast_tls{0};
+
+void *on_start_fast(void *ret, const at::RecordFunction &fn) noexcept
+{
+    const fn_variant &v = fn.*fn_member_of(fn_tag{});
+    const auto *schema = std::get_if<at::RecordFunction::schema_ref_t>(&v);
+    if (__builtin_expect(schema == nullptr, 0))
+        return begin_span(ret, fn, nullptr);   /* a scope's or a backward node's name */
+    const char *name = schema->get().name().c_str();   /* interned: stable (g_listening) */
+    uint32_t tag = kind_of(fn.scope());
+    uint64_t key = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn));
+    int64_t a0 = fn.seqNr();
+    int64_t a1 = static_cast<int64_t>(fn.threadId());
+    void *null = nullptr;
+    std::memcpy(ret, &null, sizeof null);
+    xsp_fast_buf *b = xsp_fast_buf_of(g_fast_tls.load(std::memory_order_relaxed));
+    if (__builtin_expect(xsp_fast_begin(b, key, tag, a0, a1, name), 1))
+        return ret;
+    return g_begin.load(std::memory_order_relaxed)(ret, key, tag, a0, a1, name);
+}
+const start_cb on_start_inline =
+    reinterpret_cast<start_cb>(reinterpret_cast<void (*)()>(on_start_fast));
+
+void on_end_inline(const at::RecordFunction &fn, at::ObserverContext *) noexcept
+{
+    uint64_t key = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&fn));
+    xsp_fast_buf *b = xsp_fast_buf_of(g_fast_tls.load(std::memory_order_relaxed));
+    if (__builtin_expect(xsp_fast_end(b, key), 1))
+        return;
+    g_end.load(std::memory_order_relaxed)(key);
+}
+#define XSP_SHIM_INLINE 1
+#else
+#define XSP_SHIM_INLINE 0
+#endif
 
 /*
  * record_shapes: each op's inputs, encoded as inputs.h lays them out into a thread's scratch
@@ -590,8 +635,17 @@ extern "C" int xsp_torch_attach(const xsp_core_api *api, uint32_t options, char 
             g_listening = true;
         }
         bool inputs = (options & XSP_TORCH_INPUTS) != 0;
+        start_cb start = inputs ? on_start_inputs : on_start;
+        at::RecordFunctionCallback::EndCallback end = on_end;
+#if XSP_SHIM_INLINE
+        if (intptr_t tls = api->fast_tls()) {
+            g_fast_tls.store(tls, std::memory_order_relaxed);   /* published as g_begin */
+            start = inputs ? on_start_inputs : on_start_inline;
+            end = on_end_inline;
+        }
+#endif
         at::CallbackHandle h = at::addGlobalCallback(
-            at::RecordFunctionCallback(inputs ? on_start_inputs : on_start, on_end)
+            at::RecordFunctionCallback(start, end)
                 .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                          at::RecordScope::USER_SCOPE})
                 .needsInputs(inputs)

@@ -18,6 +18,7 @@
 #include "core/recorder.h"
 #include "core/strtab.h"
 #include "core/trace.h"
+#include "include/xsp_fast.h"
 
 static const char *attr_str(const xsp_trace *t, uint32_t id, const char *key)
 {
@@ -420,8 +421,38 @@ static void test_threads(void)
     }
 }
 
+/* The shim's callbacks on x86-64 Linux (csrc/torch/shim.cpp, on_start_fast and on_end_inline),
+ * less the RecordFunction: the fast paths of include/xsp_fast.h on the core's buffer, found at
+ * the thread-pointer offset xsp_rec_fast_tls gives; what they do not take goes to the core's op
+ * entry and exit.  shim_fast counts the begins and ends the inline paths wrote. */
+static atomic_uint_least64_t shim_fast;
+static void *shim_start(void *ret, uint64_t key, uint32_t tag, int64_t a0, int64_t a1,
+                        const char *name)
+{
+    void *null = NULL;
+    memcpy(ret, &null, sizeof null);
+#ifdef XSP_FAST_INLINE
+    if (xsp_fast_begin(xsp_fast_buf_of(xsp_rec_fast_tls()), key, tag, a0, a1, name)) {
+        atomic_fetch_add_explicit(&shim_fast, 1, memory_order_relaxed);
+        return ret;
+    }
+#endif
+    return xsp_rec_op_start(ret, key, tag, a0, a1, name);
+}
+
+static void shim_end(uint64_t key)
+{
+#ifdef XSP_FAST_INLINE
+    if (xsp_fast_end(xsp_fast_buf_of(xsp_rec_fast_tls()), key)) {
+        atomic_fetch_add_explicit(&shim_fast, 1, memory_order_relaxed);
+        return;
+    }
+#endif
+    xsp_rec_end_l(key);
+}
+
 /* Stop while other threads record on the fast paths (the busy bit in the write pointer,
- * recorder.c fast_enter): two threads run ops with a stable name without pause, through 40
+ * recorder.c fast_enter; thread 0 the core's, thread 1 the shim's inline copy): two threads run ops with a stable name without pause, through 40
  * sessions; each session stops once both threads have finished 100 ops in it, so every stop
  * finds them mid-op or about to be.  Each trace is well-formed, holds only those ops, at
  * least 99 per thread, and none ends before it begins. */
@@ -429,13 +460,23 @@ static void test_threads(void)
 static atomic_int race_run;
 static atomic_uint_least64_t race_ops[RACE_THREADS];
 
+static void *shim_start(void *ret, uint64_t key, uint32_t tag, int64_t a0, int64_t a1,
+                        const char *name);
+static void shim_end(uint64_t key);
+
 static void *race_worker(void *p)
 {
     uintptr_t me = (uintptr_t)p;
     uint64_t key = (me + 1) << 40;
     while (atomic_load(&race_run)) {
-        xsp_rec_begin_l(XSP_KIND_OP, "aten::relu", key, 0, 1);
-        xsp_rec_end_l(key);
+        if (me == 0) {       /* the core's fast paths */
+            xsp_rec_begin_l(XSP_KIND_OP, "aten::relu", key, 0, 1);
+            xsp_rec_end_l(key);
+        } else {             /* the shim's inline copy of them (include/xsp_fast.h) */
+            void *slot;
+            shim_start(&slot, key, XSP_KIND_OP | XSP_OP_TAG, 0, 1, "aten::relu");
+            shim_end(key);
+        }
         key++;
         atomic_fetch_add(&race_ops[me], 1);
     }
@@ -477,6 +518,10 @@ static void test_stop_racing_fast_paths(void)
         pthread_join(th[i], NULL);
     CHECK_EQ_U(bad, 0);
     CHECK_EQ_U(few, 0);
+#ifdef XSP_FAST_INLINE
+    if (atomic_load(&xsp_clock_rdtsc))
+        CHECK(atomic_load(&shim_fast) > 0);   /* the inline paths ran */
+#endif
 }
 
 /* Recording outside a session does nothing; stop without a session fails cleanly. */
@@ -584,7 +629,7 @@ static int64_t fwd_of(uint64_t key)
 /* op_entry's begins: xsp_rec_begin_l, or (op_start_mode) the shim's entry, xsp_rec_op_start,
  * which must also store a null pointer at its first argument and return it, on the fast and the
  * slow paths alike (op_start_bad counts the times it did not). */
-static int op_start_mode;
+static int op_start_mode;   /* 0 xsp_rec_begin_l, 1 xsp_rec_op_start, 2 the shim's inline */
 static uint64_t op_start_bad;
 static void op_begin(uint32_t kind, const char *name, uint64_t key, int64_t a0, int64_t a1)
 {
@@ -593,8 +638,18 @@ static void op_begin(uint32_t kind, const char *name, uint64_t key, int64_t a0, 
         return;
     }
     void *slot = &slot;                           /* not null: the entry must clear it */
-    void *r = xsp_rec_op_start(&slot, key, kind | XSP_OP_TAG, a0, a1, name);
+    void *r = (op_start_mode == 1 ? xsp_rec_op_start : shim_start)(&slot, key, kind | XSP_OP_TAG,
+                                                                   a0, a1, name);
     op_start_bad += r != (void *)&slot || slot != NULL;
+}
+
+/* op_entry's ends: xsp_rec_end_l, or (op_start_mode 2) the shim's inline exit */
+static void op_end(uint64_t key)
+{
+    if (op_start_mode == 2)
+        shim_end(key);
+    else
+        xsp_rec_end_l(key);
 }
 
 static void op_entry(int fake, int fwd)
@@ -610,13 +665,13 @@ static void op_entry(int fake, int fwd)
     xsp_rec_begin(XSP_LEVEL_L, XSP_KIND_OP, "aten::linear", 12, NULL, 0, top | 3,
                   INT64_C(1) << 40, 7);                                   /* 103 */
     op_begin(XSP_KIND_OP, buf, 4, 9, 7);                       /* 104, miss */
-    xsp_rec_end_l(4);                                                     /* 105 */
+    op_end(4);                                                     /* 105 */
     op_begin(XSP_KIND_OP, buf, 5, 10, 7);                      /* 106, hit */
-    xsp_rec_end_l(5);                                                     /* 107 */
+    op_end(5);                                                     /* 107 */
     strcpy(buf, "aten::mul");                     /* same address, other bytes */
     xsp_rec_names_changed();                      /* as the shim's registration listener */
     op_begin(XSP_KIND_OP, buf, 6, 11, 0xFFFFFFFFu);            /* 108 */
-    xsp_rec_end_l(6);                                                     /* 109 */
+    op_end(6);                                                     /* 109 */
     xsp_rec_end(3, 0);                            /* top bits differ: still its end, 110 */
     /* fwd: as the shim, the backward node's own thread id, and the core asks fwd_of */
     if (fwd)
@@ -626,14 +681,14 @@ static void op_entry(int fake, int fwd)
              fwd ? 77 : 0xFFFFFFFFu);                               /* 111 */
     xsp_rec_set_forward_tid_fn(NULL);
     CHECK_EQ_U(fwd_calls, fwd ? 1 : 0);
-    xsp_rec_end_l(8);                                                     /* 112 */
+    op_end(8);                                                     /* 112 */
     xsp_rec_end(2, 0);                                                    /* 113 */
     const uint64_t n = 10000;                     /* 3 log chunks of ops */
     char scope[16] = "scope";                     /* not stable: compared at every sighting */
     for (uint64_t i = 0; i < n; i++) {
         op_begin(i % 100 == 0 ? XSP_KIND_SCOPE : XSP_KIND_OP,
                  i % 100 == 0 ? unstable(scope) : "aten::relu", 100 + i, (int64_t)i, 1);
-        xsp_rec_end_l(100 + i);
+        op_end(100 + i);
     }
     xsp_rec_end(1, 0);
     xsp_trace *t = stop();
@@ -685,13 +740,23 @@ static void op_entry(int fake, int fwd)
 
 static void test_op_entry(void)
 {
-    for (op_start_mode = 0; op_start_mode < 2; op_start_mode++) {
+    for (op_start_mode = 0; op_start_mode < 3; op_start_mode++) {
         op_start_bad = 0;
+        uint64_t fast0 = atomic_load(&shim_fast);
         op_entry(1, 0);
+        CHECK_EQ_U(atomic_load(&shim_fast), fast0);   /* the fake clock: never a fast path */
         op_entry(0, 0);
         op_entry(1, 1);
         op_entry(0, 1);
         CHECK_EQ_U(op_start_bad, 0);
+#ifdef XSP_FAST_INLINE
+        /* the real clock: with the TSC, the 10000 ops of two runs take the inline paths but
+         * for a few (a name's first sighting, a new chunk, the unstable scope names) */
+        if (op_start_mode == 2 && atomic_load(&xsp_clock_rdtsc))
+            CHECK(atomic_load(&shim_fast) - fast0 > 2 * 2 * 9000);
+        else
+            CHECK_EQ_U(atomic_load(&shim_fast), fast0);
+#endif
     }
     op_start_mode = 0;
     if (!atomic_load(&xsp_clock_rdtsc))
