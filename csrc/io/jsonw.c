@@ -9,13 +9,15 @@
  * Why not build the text in memory and write it once: a trace of 10^7 spans is a few GB of
  * JSON; streaming keeps the writer's memory at two buffers.
  *
- * Every SYNC_EVERY bytes written, the kernel is asked to start writing the file's dirty pages
- * back (sync_file_range, Linux), so that the disk writes while the text is made: a file of
- * GBs never sits in the page cache as GBs of dirty pages, for which the kernel would throttle
- * the writer (with the hint a 530 MB OTLP/JSON file took 0.53 s on the median, without it
- * 0.59 s and up to 2.5 s in a benchmark's rounds: docs/performance.md), and the fsync of a
- * durable save (xsp.save(..., fsync=True)) finds most of it on the disk already.  A hint
- * only: its failure (a pipe, a file system without it) is ignored, and nothing waits for it.
+ * With XSP_JSONW_HINT (a save asked to be durable: xsp.save(..., fsync=True)), every
+ * SYNC_EVERY bytes written, the kernel is asked to start writing the file's dirty pages back
+ * (sync_file_range, Linux): the fsync that the atomic write makes after the text then finds
+ * most of it on the disk already, instead of the whole file to write while the caller waits
+ * (the disk writes while the text is made).  A hint only: its failure (a pipe, a file system
+ * without it) is ignored.  Without the flag the pages are left to the kernel's own writeback,
+ * as any buffered write's: the hint can block once the disk's queue is full (a 53 MB file
+ * then waits for a slow disk about as long as an fsync would), which a save that is not
+ * asked to be durable should not pay.
  */
 #include "jsonw.h"
 
@@ -34,6 +36,7 @@
 struct xsp_jsonw {
     int fd;                  /* where the text goes; not owned */
     int gzip;                /* nonzero: deflated, as a gzip member */
+    int hint;                /* nonzero: writeback hints (XSP_JSONW_HINT) */
     int failed;              /* sticky: 0, or the errno (or EIO) of the first failure */
     const char *what;        /* what failed: "write" or "deflate" */
     size_t n;                /* bytes in buf */
@@ -66,7 +69,7 @@ static void write_all(xsp_jsonw *w, const unsigned char *p, size_t n)
         w->unhinted += (size_t)k;
     }
 #ifdef SYNC_FILE_RANGE_WRITE
-    if (w->unhinted >= SYNC_EVERY) {
+    if (w->hint && w->unhinted >= SYNC_EVERY) {
         (void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);     /* a hint: see above */
         w->unhinted = 0;
     }
@@ -105,13 +108,14 @@ static void flush(xsp_jsonw *w, int finish)
     w->n = 0;
 }
 
-xsp_jsonw *xsp_jsonw_open(int fd, int gzip)
+xsp_jsonw *xsp_jsonw_open(int fd, int flags)
 {
     xsp_jsonw *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
     w->fd = fd;
-    if (gzip) {
+    w->hint = (flags & XSP_JSONW_HINT) != 0;
+    if (flags & XSP_JSONW_GZIP) {
         w->zout = malloc(BUF);
         /* 15 + 16: a gzip header and trailer (zlib writes mtime 0, no name) */
         if (!w->zout || deflateInit2(&w->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY)

@@ -30,9 +30,14 @@
 
 typedef struct xsp_jsonw xsp_jsonw;
 
-/* A new writer to fd (not owned: never closed here), gzip-compressed when gzip is nonzero.
- * Returns NULL on allocation failure (or zlib's refusal to start). */
-xsp_jsonw *xsp_jsonw_open(int fd, int gzip);
+/* flags of xsp_jsonw_open */
+#define XSP_JSONW_GZIP 1     /* the text gzip-compressed, as one gzip member */
+#define XSP_JSONW_HINT 2     /* ask the kernel to start writing back every few MB: for a file
+                              * the caller fsyncs after the text (see jsonw.c) */
+
+/* A new writer to fd (not owned: never closed here), with flags (XSP_JSONW_*; other bits are
+ * ignored).  Returns NULL on allocation failure (or zlib's refusal to start). */
+xsp_jsonw *xsp_jsonw_open(int fd, int flags);
 
 /* Flushes what is buffered, ends the gzip stream and frees w.  Returns 0, or -1 with a
  * message in err (errlen bytes) when any write since open failed (errno then holds the system

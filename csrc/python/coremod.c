@@ -410,14 +410,16 @@ static PyMethodDef core_methods[] = {
      "that iterating chunks gives (csrc/io/kjson.h).  TraceFormatError with .event (an index\n"
      "into traceEvents) and .offset (a byte offset into the text), each None when unknown."},
     {"write_kineto", core_write_kineto, METH_VARARGS,
-     "write_kineto(fd, gzip, tracedata, head, tail, cols): Kineto's trace JSON to fd, the GIL\n"
+     "write_kineto(fd, flags, tracedata, head, tail, cols): Kineto's trace JSON to fd, the GIL\n"
      "released (csrc/io/kinetow.h; xsp/formats/kineto.py makes the columns)."},
     {"write_chrome", core_write_chrome, METH_VARARGS,
-     "write_chrome(fd, gzip, tracedata, head, tail, cols): Chrome trace-event JSON to fd, the\n"
+     "write_chrome(fd, flags, tracedata, head, tail, cols): Chrome trace-event JSON to fd, the\n"
      "GIL released (csrc/io/chromew.h; xsp/formats/chrome.py makes the columns)."},
     {"write_otlp", core_write_otlp, METH_VARARGS,
-     "write_otlp(fd, gzip, tracedata, head, tail, cols): OTLP/JSON spans to fd, the GIL\n"
-     "released (csrc/io/otlpw.h; xsp/formats/otlp.py makes the columns)."},
+     "write_otlp(fd, flags, tracedata, head, tail, cols): OTLP/JSON spans to fd, the GIL\n"
+     "released (csrc/io/otlpw.h; xsp/formats/otlp.py makes the columns).\n\n"
+     "flags of the three writers: 1 gzip, 2 writeback hints for a file to be fsynced\n"
+     "(csrc/io/jsonw.h)."},
     {"encode_otlp", core_encode_otlp, METH_VARARGS,
      "encode_otlp(tracedata, resource, scope, cols, lo, hi) -> bytes: spans lo..hi-1 as one\n"
      "OTLP/HTTP protobuf request, the GIL released (csrc/io/otlppb.h; xsp/formats/otlp.py makes\n"

@@ -112,7 +112,7 @@ static const xsp_bytes *blist(cols *c, const char *key, Py_ssize_t len, uint32_t
 }
 
 typedef struct job {
-    int fd, gzip;
+    int fd, flags;           /* flags: XSP_JSONW_* */
     const xsp_trace *t;
     Py_buffer head, tail;
 } job;
@@ -142,7 +142,7 @@ static PyObject *run(job *j, events_fn fn, const void *fc)
     char err[256] = "";
     int rc = -1, nomem = 0, saved = 0;
     Py_BEGIN_ALLOW_THREADS
-    xsp_jsonw *w = xsp_jsonw_open(j->fd, j->gzip);
+    xsp_jsonw *w = xsp_jsonw_open(j->fd, j->flags);
     if (!w)
         nomem = 1;
     else {
@@ -165,7 +165,7 @@ static PyObject *run(job *j, events_fn fn, const void *fc)
 static int parse(PyTypeObject *tp, PyObject *args, job *j, cols *c)
 {
     PyObject *td;
-    if (!PyArg_ParseTuple(args, "ipO!y*y*O!:write", &j->fd, &j->gzip, tp, &td, &j->head,
+    if (!PyArg_ParseTuple(args, "iiO!y*y*O!:write", &j->fd, &j->flags, tp, &td, &j->head,
                           &j->tail, &PyDict_Type, &c->dict))
         return -1;
     j->t = ((xsp_TraceDataObject *)td)->trace;

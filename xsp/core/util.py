@@ -94,6 +94,13 @@ def atomic_write(path, write, binary=False, fsync=True):
         _sync_dir(path)
 
 
+def jsonw_flags(path, fsync):
+    """The flags of the C JSON writers (_core.write_kineto, write_chrome, write_otlp;
+    csrc/io/jsonw.h) for a file at path: gzip for a path ending in .gz, writeback hints when
+    the file will be fsynced."""
+    return (1 if os.fsdecode(path).endswith(".gz") else 0) | (2 if fsync else 0)
+
+
 def _unlink(tmp):
     try:
         os.unlink(tmp)

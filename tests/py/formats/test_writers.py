@@ -555,8 +555,8 @@ def text(path):
 def test_exports_fsync_only_when_asked_and_write_the_same_bytes(tmp_path, traces, fsyncs,
                                                                 monkeypatch, fmt, name, fn):
     """An export is renamed into place atomically either way; fsync=True adds the fsync of the
-    file and of its directory.  The C writer is called the same way (gzip for a .gz path) and
-    the file's bytes do not depend on it."""
+    file and of its directory, and the C writer's writeback hints (flag 2; flag 1 is gzip).
+    The file's bytes do not depend on it."""
     from xsp import _core
     flags = []
     real = getattr(_core, fn)
@@ -566,13 +566,13 @@ def test_exports_fsync_only_when_asked_and_write_the_same_bytes(tmp_path, traces
         return real(fd, fl, *rest)
 
     monkeypatch.setattr(_core, fn, spy)
-    gz = name.endswith(".gz")
+    gz = 1 if name.endswith(".gz") else 0
     plain, durable = str(tmp_path / ("a." + name)), str(tmp_path / ("b." + name))
     same = {"trace_id": 0x1234} if fmt == "otlp" else {}     # else a random id per export
     assert xsp.save(traces[2], plain, **same) == plain
     assert (fsyncs, flags) == ([], [gz])
     assert xsp.save(traces[2], durable, fsync=True, **same) == durable
-    assert (fsyncs, flags) == (["file", "dir"], [gz, gz])
+    assert (fsyncs, flags) == (["file", "dir"], [gz, gz | 2])
     assert text(plain) == text(durable)
     assert entries(tmp_path) == sorted(["a." + name, "b." + name])
     again = xsp.load(plain) if fmt != "otlp" else None
