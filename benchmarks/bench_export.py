@@ -36,7 +36,10 @@ and export of as many would take most of this VM's memory), for the linearity of
 writers and of otlp.send (unless --no-send).
 
 Prints per size: spans/events, each export's seconds and us per span, the file sizes (for
-otlp.send the request bytes the sink read), and the ratios xsp / torch (the target: <= 1.0).
+otlp.send the request bytes the sink read), and the ratios xsp / torch (the target: <= 1.0);
+for the file writers also the calling thread's CPU time (time.thread_time: user and system,
+where the writers run, the GIL released, as torch's export) and its ratio to torch's: the
+wall time less what the thread waited for (the disk, the VM's host, other processes).
 """
 import argparse
 import os
@@ -110,12 +113,14 @@ def timed(fn, path):
     if os.path.exists(path):
         os.unlink(path)
     os.sync()
+    c0 = time.thread_time()
     t0 = time.perf_counter()
     fn(path)
     dt = time.perf_counter() - t0
+    cpu = time.thread_time() - c0
     size = os.path.getsize(path)
     os.unlink(path)
-    return {"s": dt, "bytes": size}
+    return {"s": dt, "cpu": cpu, "bytes": size}
 
 
 def timed_call(fn):
@@ -248,12 +253,16 @@ def main(argv=None):
             print("\n%d spans: torch.profiler %d events, xsp %d spans; medians of %d rounds:"
                   % (n, events[0], len(tr), args.rounds))
             base = common.med(res["torch export_chrome_trace"]["s"])
+            base_cpu = common.med(res["torch export_chrome_trace"]["cpu"])
             for k, r in res.items():
                 s = common.med(r["s"])
                 size = common.med(r["bytes"])
-                print("  %-32s %7.2f s  %6.2f us/span  %s  %s" % (
+                cpu = common.med(r["cpu"]) if "cpu" in r else None
+                print("  %-32s %7.2f s  %6.2f us/span  %s  %s%s" % (
                     k, s, s / len(tr) * 1e6, "%7.1f MB" % (size / 1e6) if size else "   (no file)",
-                    "" if k.startswith("torch") else "xsp/torch %.2f" % (s / base)))
+                    "" if k.startswith("torch") else "xsp/torch %.2f" % (s / base),
+                    "" if cpu is None else "  cpu %.2f s%s" % (
+                        cpu, "" if k.startswith("torch") else " (%.2f)" % (cpu / base_cpu))))
             del tr
         if args.xsp_only:
             n = args.xsp_only
@@ -261,8 +270,8 @@ def main(argv=None):
             print("\n%d spans, xsp alone: %d spans, one round:" % (n, len(tr)))
             for ext in (".pt.trace.json", ".json", ".otlp.json"):
                 r = timed(lambda f: xsp.save(tr, f), os.path.join(d, "x" + ext))
-                print("  xsp.save %-15s %7.2f s  %6.2f us/span  %7.1f MB" % (
-                    ext, r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6))
+                print("  xsp.save %-15s %7.2f s  %6.2f us/span  %7.1f MB  cpu %.2f s" % (
+                    ext, r["s"], r["s"] / len(tr) * 1e6, r["bytes"] / 1e6, r["cpu"]))
             if url:
                 r = timed_send(tr, url, tid)
                 print("  otlp.send (local sink)   %7.2f s  %6.2f us/span  %7.1f MB sent" % (
