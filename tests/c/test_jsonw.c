@@ -332,7 +332,7 @@ static void w_otlp_big(xsp_jsonw *w)
     xsp_jsonw_lit(w, "]");
 }
 
-/* 5000 spans (about 2 MB of text, the 256 KB buffer flushed many times under the writer's
+/* 5000 spans (about 2 MB of text, the 64 KiB buffer flushed many times under the writer's
  * reserved records), plain and gzip: every span once, in order, the text whole. */
 static void otlp_big(void)
 {
