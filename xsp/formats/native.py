@@ -10,10 +10,16 @@ def read(path):
     return read_xsp(path)
 
 
-def write(value, path):
-    """Writes value (an xsp.Trace) as an .xsp file, atomically.  TypeError for a value that
-    is not a Trace (a Measurement: save measurement.trace, or a .pt.trace.json with the
-    leveled latencies); OSError when it cannot be written."""
+def write(value, path, *, fsync=True):
+    """Writes value (an xsp.Trace) as an .xsp file, atomically and durably: the file and its
+    directory are fsynced before this returns, always (fsync=True is accepted for symmetry
+    with the exports; fsync=False raises ValueError, since the record of a run is not written
+    any other way).  TypeError for a value that is not a Trace (a Measurement: save
+    measurement.trace, or a .pt.trace.json with the leveled latencies); OSError when it
+    cannot be written."""
+    if fsync is not True:
+        raise ValueError("an .xsp file is always fsynced (the record of a run); fsync=%r is not "
+                         "a choice here: pass fsync=True or leave it out" % (fsync,))
     if not isinstance(value, Trace):
         what = type(value).__name__
         raise TypeError("an .xsp file holds one xsp.Trace, not a %s%s" % (

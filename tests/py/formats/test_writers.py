@@ -591,3 +591,14 @@ def test_records_are_durable_by_default(tmp_path, traces, fsyncs):
     xsp.report.html(traces[1], str(tmp_path / "r.html"))
     assert fsyncs == ["file", "dir"] * 2
     assert entries(tmp_path) == ["r.html", "r.json", "s.json"]
+
+
+def test_an_xsp_save_is_always_durable(tmp_path, traces):
+    """fsync=True is accepted for an .xsp file (it is fsynced anyway, by the C writer);
+    fsync=False is refused with a message that says why, and writes nothing."""
+    path = str(tmp_path / "t.xsp")
+    assert xsp.save(traces[1], path, fsync=True) == path
+    assert xsp.load(path) == traces[1]
+    with pytest.raises(ValueError, match=r"an \.xsp file is always fsynced"):
+        xsp.save(traces[2], str(tmp_path / "u.xsp"), fsync=False)
+    assert entries(tmp_path) == ["t.xsp"]
