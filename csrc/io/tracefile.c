@@ -363,9 +363,9 @@ static int tmp_create(const char *path, char *tmp, size_t tmplen)
     return -1;
 }
 
-/* Writes all n bytes to fd, retrying short writes. Returns 0 or -1 (errno set). */
-/* Writes n bytes at p, in write(2) calls of at most WRITE_MAX bytes: on this project's
- * machine (Linux 6.18, ext4 with large folios) a 53 MB file written in 64 KiB calls took
+/* Writes all n bytes at p to fd, retrying short writes (0, or -1 with errno set), in write(2)
+ * calls of at most WRITE_MAX bytes: on this project's machine (Linux 6.18, ext4 with large
+ * folios) a 53 MB file written in 64 KiB calls took
  * 0.016-0.031 s in every round, in 128 or 256 KiB calls up to 0.8 s (the page cache then
  * allocates large folios, which a fragmented memory makes the kernel compact first; by hand,
  * 2026-12-03, docs/performance.md "Exporting").  The JSON writers' buffer is as big. */

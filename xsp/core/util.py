@@ -94,11 +94,14 @@ def atomic_write(path, write, binary=False, fsync=True):
         _sync_dir(path)
 
 
-def jsonw_flags(path, fsync):
-    """The flags of the C JSON writers (_core.write_kineto, write_chrome, write_otlp;
-    csrc/io/jsonw.h) for a file at path: gzip for a path ending in .gz, writeback hints when
-    the file will be fsynced."""
-    return (1 if os.fsdecode(path).endswith(".gz") else 0) | (2 if fsync else 0)
+def c_json_write(path, writer, data, head, tail, cols, fsync):
+    """Writes a JSON export to path with one of the C writers (_core.write_kineto,
+    write_chrome, write_otlp; csrc/io/jsonw.h) through atomic_write: gzip for a path ending
+    in .gz, and the writeback hints only when the file will be fsynced.  Raises what
+    atomic_write raises."""
+    flags = (1 if os.fsdecode(path).endswith(".gz") else 0) | (2 if fsync else 0)
+    atomic_write(path, lambda f: writer(f.fileno(), flags, data, head, tail, cols), binary=True,
+                 fsync=fsync)
 
 
 def _unlink(tmp):

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from xsp import _core
-from xsp.core.util import atomic_write, jsonw_flags, printable
+from xsp.core.util import atomic_write, c_json_write, printable
 from xsp.formats.kineto import read as kineto_read
 from xsp.formats.tracks import (SPAWN_FLOW, chrome_pid, first_start_ns, spawn_links, thread_pids,
                                  us)
@@ -69,9 +69,7 @@ def write(trace, path, *, fsync=False):
             "spawn_i": np.array([i for i, _ in links], dtype=np.int64),
             "spawn_j": np.array([j for _, j in links], dtype=np.int64)}
     head = _head(trace, pid, note, pids).encode("utf-8", "replace")
-    flags = jsonw_flags(path, fsync)
-    atomic_write(path, lambda f: _core.write_chrome(f.fileno(), flags, core_data(trace), head,
-                                                    b"\n]}\n", cols), binary=True, fsync=fsync)
+    c_json_write(path, _core.write_chrome, core_data(trace), head, b"\n]}\n", cols, fsync)
     return path
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from xsp import _core
 from xsp.core import iterations
-from xsp.core.util import atomic_write, jsonw_flags, printable
+from xsp.core.util import atomic_write, c_json_write, printable
 from xsp.formats.tracks import SPAWN_FLOW, kineto_pid, spawn_links, tracks, us
 from xsp.values.trace import Trace, core_data
 
@@ -234,9 +234,7 @@ def write(trace, path, *, base_ns=None, leveled=None, fsync=False):
         head, tail, cols = _columns(trace, base_ns, leveled or {})
     except _Outside:
         return _reference_write(trace, path, base_ns=base_ns, leveled=leveled, fsync=fsync)
-    flags = jsonw_flags(path, fsync)
-    atomic_write(path, lambda f: _core.write_kineto(f.fileno(), flags, core_data(trace), head,
-                                                    tail, cols), binary=True, fsync=fsync)
+    c_json_write(path, _core.write_kineto, core_data(trace), head, tail, cols, fsync)
     return path
 
 

@@ -39,7 +39,7 @@ import warnings
 import numpy as np
 
 from xsp import _core
-from xsp.core.util import atomic_write, jsonw_flags, printable
+from xsp.core.util import atomic_write, c_json_write, printable
 from xsp._version import __version__
 from xsp.core.errors import XSPWarning
 from xsp.values.trace import KINDS, LEVELS, core_data
@@ -631,9 +631,7 @@ def write(source, path, *, service="xsp", trace_per="profile", leveled=None, res
     ex = _Export(source, service, trace_per, leveled, resource, trace_id)
     path = os.fspath(path)
     head, tail, cols = _columns(ex)
-    flags = jsonw_flags(path, fsync)
-    atomic_write(path, lambda f: _core.write_otlp(f.fileno(), flags, core_data(ex.trace), head,
-                                                  tail, cols), binary=True, fsync=fsync)
+    c_json_write(path, _core.write_otlp, core_data(ex.trace), head, tail, cols, fsync)
     return path
 
 
